@@ -1,0 +1,1 @@
+"""Pax: experiments on JAX as configuration, with a reproducible distribution."""
