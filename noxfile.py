@@ -1,0 +1,112 @@
+"""Pax's sessions. Run them through the wrapper: `./noxw -s test`, `./noxw -s train`.
+
+Every session that runs the trainer uses one pinned environment per (release, platform),
+`.venv/pax-<release>-<platform>`, built from `releases/<release>/<platform>.txt` and checked
+against it before each use (pax.dist.venv). Sessions themselves get no nox venv
+(venv_backend="none"), so `train` and `test` share that one environment.
+
+  ./noxw -s test  -- [RELEASE] [pytest args]        tests against a release (default: newest)
+  ./noxw -s train -- [RELEASE] [PLATFORM] [flags]    tiny LM run; flags go to pax.main
+  ./noxw -s lock  -- RELEASE|nightly|tools [PLATFORM...]   recompile lockfiles
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from pax.dist import lock as dist_lock  # noqa: E402  (imports no jax: runs in the tools venv)
+from pax.dist import release as dist_release  # noqa: E402
+from pax.dist import venv as dist_venv  # noqa: E402
+
+nox.options.sessions = ["test"]
+
+TRAIN_DEFAULTS = {
+    "--exp": "tasks.lm.params.lm_cloud.LmCloudSpmdTiny",
+    "--job_log_dir": "runs/tiny",
+}
+
+
+def _release(session: nox.Session, args: list[str]) -> dist_release.Release:
+    """Pop an optional leading release name off args; default is the newest cut release."""
+    name = args.pop(0) if args and dist_release.looks_like_release(args[0]) else None
+    try:
+        return dist_release.resolve(name)
+    except dist_release.UnknownRelease as err:
+        session.error(str(err))
+
+
+def _env(session: nox.Session, release: dist_release.Release, platform: str) -> dist_venv.Env:
+    try:
+        return dist_venv.ensure(release, platform, log=session.log)
+    except (dist_venv.EnvMismatch, FileNotFoundError) as err:
+        session.error(str(err))
+    except subprocess.CalledProcessError as err:
+        session.error(f"building the {release.version} {platform} env failed: {err}")
+
+
+@nox.session(venv_backend="none")
+def test(session: nox.Session) -> None:
+    """Run pytest in a release's pinned CPU env: `test -- [RELEASE] [pytest args]`."""
+    args = list(session.posargs)
+    release = _release(session, args)
+    env = _env(session, release, "cpu")
+    # Tests choose their own devices (conftest sets XLA_FLAGS before jax loads).
+    targets = [] if any(Path(a.split("::")[0]).exists() for a in args) else ["tests"]
+    session.run(str(env.python), "-m", "pytest", *targets, *args,
+                env=env.session_env(), external=True)
+
+
+@nox.session(venv_backend="none")
+def train(session: nox.Session) -> None:
+    """Train the tiny LM: `train -- [RELEASE] [PLATFORM] [--exp=... --job_log_dir=... ...]`."""
+    args = list(session.posargs)
+    release = _release(session, args)
+    platform = args.pop(0) if args and args[0] in dist_release.PLATFORMS else "cpu"
+    stray = [a for a in args if not a.startswith("--")]
+    if stray:
+        session.error(f"train: unexpected argument(s) {' '.join(stray)}; "
+                      "usage: train -- [RELEASE] [PLATFORM] [--flag=value ...]")
+    given = {a.split("=", 1)[0] for a in args}
+    flags = [f"{k}={v}" for k, v in TRAIN_DEFAULTS.items() if k not in given] + args
+    job_dir = Path(next(f for f in flags if f.startswith("--job_log_dir=")).split("=", 1)[1])
+    env = _env(session, release, platform)
+    session.run(str(env.python), "-m", "pax.main", *flags, env=env.session_env(), external=True)
+    job_dir = job_dir if job_dir.is_absolute() else ROOT / job_dir
+    metrics = sorted(job_dir.rglob("metrics.jsonl")) if job_dir.is_dir() else []
+    session.log(f"job dir: {job_dir}")
+    for path in metrics or [job_dir / "metrics.jsonl (not written)"]:
+        session.log(f"metrics: {path}")
+
+
+@nox.session(venv_backend="none")
+def lock(session: nox.Session) -> None:
+    """Recompile lockfiles: `lock -- RELEASE|nightly|tools [PLATFORM...]`."""
+    args = list(session.posargs)
+    if not args:
+        session.error("lock: name a release, e.g. `./noxw -s lock -- 1.4.0 [cpu tpu gpu]`, "
+                      "`-- nightly` or `-- tools`")
+    name, platforms = args[0], args[1:]
+    if name == "tools":
+        dist_lock.lock_tools(ROOT, log=session.log)
+        return
+    bad = [p for p in platforms if p not in dist_release.PLATFORMS]
+    if bad:
+        session.error(f"lock: unknown platform(s) {' '.join(bad)}; "
+                      f"platforms: {', '.join(dist_release.PLATFORMS)}")
+    if name == dist_release.NIGHTLY:
+        release = dist_lock.make_nightly(ROOT)
+    else:
+        release = _release(session, [name])
+    try:
+        dist_lock.lock(release, platforms or None, ROOT, log=session.log)
+    except RuntimeError as err:
+        session.error(str(err))
+
+
+# Later: build, smoke, publish, release, diff, bisect, bench.
