@@ -1,0 +1,1 @@
+"""Checkpoints: orbax (tensorstore, OCDBT) in Pax's job-directory layout."""

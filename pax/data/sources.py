@@ -1,0 +1,77 @@
+"""Data sources and the batches drawn from them.
+
+A batch is a pure function of (seed, index): batch `step` of a training split is the same on
+every run, every host and after every resume, so resuming needs no iterator state. Each process
+builds only its own rows of the global batch.
+"""
+from typing import Optional
+
+import numpy as np
+
+from pax.data.tokenizers import ByteTokenizer
+from pax.errors import UsageError
+from pax.experiments.config import DatasetConfig
+
+EVAL_FRACTION = 0.1  # the embedded corpus's last 10% is held out
+
+
+def embedded_text() -> str:
+  """English text every CPython ships: the pydoc topic help (about 465 KB)."""
+  from pydoc_data import topics  # pylint: disable=g-import-not-at-top
+  return ''.join(topics.topics[key] for key in sorted(topics.topics))
+
+
+class WindowDataset:
+  """Random windows of seq_len + 1 tokens from one token array, drawn by (seed, index)."""
+
+  def __init__(self, tokens: np.ndarray, seq_len: int, seed: int):
+    if len(tokens) <= seq_len + 1:
+      raise UsageError(f'the data split has {len(tokens)} tokens, fewer than SEQ_LEN+1 = '
+                       f'{seq_len + 1}; lower --set SEQ_LEN or use a bigger corpus')
+    self.tokens, self.seq_len, self.seed = tokens, seq_len, seed
+
+  def batch(self, index: int, batch_size: int, rows: Optional[slice] = None) -> dict:
+    rng = np.random.default_rng([self.seed, index])
+    starts = rng.integers(0, len(self.tokens) - self.seq_len - 1, size=batch_size)[rows]
+    windows = self.tokens[starts[:, None] + np.arange(self.seq_len + 1)]
+    return {
+        'inputs': windows[:, :-1],
+        'targets': windows[:, 1:],
+        'weights': np.ones(windows[:, 1:].shape, np.float32),
+    }
+
+
+class SyntheticDataset:
+  """Uniform random tokens: no signal, for speed measurements (as Pax's LmCloud runs)."""
+
+  def __init__(self, vocab_size: int, seq_len: int, seed: int):
+    self.vocab_size, self.seq_len, self.seed = vocab_size, seq_len, seed
+
+  def batch(self, index: int, batch_size: int, rows: Optional[slice] = None) -> dict:
+    rng = np.random.default_rng([self.seed, index])
+    tokens = rng.integers(0, self.vocab_size, size=(batch_size, self.seq_len + 1),
+                          dtype=np.int32)[rows]
+    return {'inputs': tokens[:, :-1], 'targets': tokens[:, 1:],
+            'weights': np.ones(tokens[:, 1:].shape, np.float32)}
+
+
+def build(config: DatasetConfig, vocab_size: int):
+  if config.source == 'embedded':
+    tokenizer = ByteTokenizer()
+    if vocab_size < tokenizer.vocab_size:
+      raise UsageError(f'the embedded corpus is byte-level and needs VOCAB_SIZE >= 256 '
+                       f'(got {vocab_size}); --set VOCAB_SIZE=256')
+    tokens = tokenizer.encode(embedded_text())
+    split = int(len(tokens) * (1 - EVAL_FRACTION))
+    tokens = tokens[:split] if config.is_training else tokens[split:]
+    # Eval windows use a different stream of indices than training ones.
+    seed = config.seed if config.is_training else config.seed + 1
+    return WindowDataset(tokens, config.seq_len, seed)
+  if config.source == 'synthetic':
+    return SyntheticDataset(vocab_size, config.seq_len,
+                            config.seed if config.is_training else config.seed + 1)
+  if config.source == 'c4':
+    raise UsageError('DATA_SOURCE=c4 needs the C4 reader, which this build does not have yet; '
+                     'train on the embedded corpus or synthetic data: --set DATA_SOURCE=embedded '
+                     '--set VOCAB_SIZE=256, or --set DATA_SOURCE=synthetic')
+  raise UsageError(f'unknown DATA_SOURCE {config.source!r}; use embedded, synthetic or c4')

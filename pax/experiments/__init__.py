@@ -1,0 +1,1 @@
+"""Experiments: the base class, the registry, overrides and resolved config records."""

@@ -1,0 +1,86 @@
+"""Pax's entry point: python -m pax.main --exp=NAME --job_log_dir=DIR [--set KEY=VALUE ...].
+
+Bad input (an unknown experiment, a bad override, a mesh that does not fit) is reported in one
+line on stderr with exit status 2, before anything is written.
+"""
+import logging as std_logging
+import os
+import sys
+
+from absl import app, flags, logging
+
+from pax.errors import UsageError
+
+EXIT_USAGE = 2
+_PAX_DIR = os.path.dirname(os.path.abspath(__file__))
+
+_EXP = flags.DEFINE_string('exp', None, 'Experiment name: tasks.lm.params.MODULE.CLASS or any '
+                           'unique dotted suffix of it.')
+_JOB_LOG_DIR = flags.DEFINE_string('job_log_dir', None, 'Job directory: checkpoints, summaries, '
+                                   'metrics.jsonl, config.json, manifest.json.')
+_MODE = flags.DEFINE_enum('mode', 'train', ['train', 'eval'], 'Train (resuming from the newest '
+                          'checkpoint) or evaluate the newest checkpoint.')
+_ENABLE_CHECKPOINT_SAVING = flags.DEFINE_bool('enable_checkpoint_saving', True,
+                                              'Save checkpoints while training.')
+_SET = flags.DEFINE_multi_string('set', [], 'Override a hyper-parameter: --set NUM_LAYERS=2.')
+_LIST = flags.DEFINE_bool('list_experiments', False, 'Print the registered experiments and exit.')
+
+
+def _usage_exit(message: str):
+  print(f'pax: error: {message}', file=sys.stderr)
+  sys.exit(EXIT_USAGE)
+
+
+def _parse_flags(argv):
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    _usage_exit(str(e))
+
+
+def main(argv):
+  from pax.experiments import overrides, registry  # pylint: disable=g-import-not-at-top
+  if len(argv) > 1:
+    raise UsageError(f'unexpected arguments {argv[1:]}; flags are written --name=value')
+  if _LIST.value:
+    print('\n'.join(registry.names()))
+    return 0
+  if not _EXP.value:
+    raise UsageError('--exp is required, e.g. --exp=tasks.lm.params.lm_cloud.LmCloudSpmdTiny')
+  if not _JOB_LOG_DIR.value:
+    raise UsageError('--job_log_dir is required, e.g. --job_log_dir=runs/tiny')
+  registered = registry.get(_EXP.value)
+  name = registry.name_of(registered)
+  experiment_cls = overrides.apply(registered, _SET.value)
+  from pax.train import loop  # pylint: disable=g-import-not-at-top  (imports jax)
+  run = loop.prepare(experiment_cls())
+  if _MODE.value == 'eval':
+    loop.evaluate(run, _JOB_LOG_DIR.value, name)
+  else:
+    loop.train(run, _JOB_LOG_DIR.value, name, _ENABLE_CHECKPOINT_SAVING.value)
+    logging.info('job directory: %s (metrics: %s/metrics.jsonl)', _JOB_LOG_DIR.value,
+                 _JOB_LOG_DIR.value)
+  return 0
+
+
+class _OnlyPaxInfo(std_logging.Filter):
+  """Keeps the log readable: INFO lines from pax, warnings and errors from everyone."""
+
+  def filter(self, record) -> bool:
+    return record.levelno >= std_logging.WARNING or record.pathname.startswith(_PAX_DIR)
+
+
+def _main_with_usage_errors(argv):
+  logging.get_absl_handler().addFilter(_OnlyPaxInfo())
+  try:
+    return main(argv)
+  except UsageError as e:
+    _usage_exit(str(e))
+
+
+def run():
+  app.run(_main_with_usage_errors, flags_parser=_parse_flags)
+
+
+if __name__ == '__main__':
+  run()

@@ -1,0 +1,1 @@
+"""Models: the decoder-only Transformer LM."""

@@ -1,0 +1,192 @@
+"""Decoder-only Transformer LM (Flax linen), with Pax's defaults.
+
+Pre-layer-norm blocks, fused QKV, causal attention with optional grouped-query heads, rotary or
+learned positions, ReLU/GELU/gated FFN, Pax's logit caps, layers stacked with nn.scan and
+rematerialized by a named policy. Every parameter carries logical axis names; which mesh axis
+each name lands on is decided by pax.parallel.sharding, never here.
+"""
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from pax.experiments.config import ModelConfig
+from pax.parallel import sharding
+
+REMAT_POLICIES = {
+    'none': None,
+    'full': jax.checkpoint_policies.nothing_saveable,
+    'dots_saveable': jax.checkpoint_policies.dots_saveable,
+    'dots_with_no_batch_dims_saveable': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+ACTIVATIONS = {'relu': nn.relu, 'gelu': nn.gelu, 'swiglu': nn.silu, 'geglu': nn.gelu}
+GATED = ('swiglu', 'geglu')
+ACT_AXES = ('batch', 'length', 'act_embed')
+
+
+def _init(fan_in: int, names: tuple):
+  return nn.with_logical_partitioning(nn.initializers.normal(stddev=fan_in**-0.5), names)
+
+
+def _cap(logits, cap: float):
+  """Pax's soft cap: cap * tanh(logits / cap); keeps logits in (-cap, cap)."""
+  return cap * jnp.tanh(logits / cap) if cap > 0 else logits
+
+
+def _rotary(x, positions, max_wavelength: float = 10_000.0):
+  """Rotary position embedding over the last axis; x is (batch, length, ..., dims)."""
+  half = x.shape[-1] // 2
+  freq = max_wavelength ** (-jnp.arange(half, dtype=jnp.float32) / half)
+  angle = positions[..., None].astype(jnp.float32) * freq  # (batch, length, half)
+  angle = angle.reshape(angle.shape[:2] + (1,) * (x.ndim - 3) + (half,))
+  sin, cos = jnp.sin(angle), jnp.cos(angle)
+  x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+  return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+class _Sharded(nn.Module):
+  cfg: ModelConfig
+  mesh: Any = None
+  rules: tuple = sharding.LOGICAL_AXIS_RULES
+
+  @property
+  def dtype(self):
+    return jnp.dtype(self.cfg.activation_dtype)
+
+  def constrain(self, x, names=ACT_AXES):
+    if self.mesh is None:
+      return x
+    return jax.lax.with_sharding_constraint(
+        x, sharding.logical_sharding(names, x.shape, self.mesh, self.rules))
+
+  def norm(self, name: str):
+    return nn.LayerNorm(
+        epsilon=self.cfg.norm_epsilon, dtype=self.dtype, name=name,
+        param_dtype=jnp.dtype(self.cfg.param_dtype),
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones, ('embed',)),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ('embed',)))
+
+  def weight(self, name: str, shape: tuple, names: tuple, fan_in: int):
+    w = self.param(name, _init(fan_in, names), shape, jnp.dtype(self.cfg.param_dtype))
+    return w.astype(self.dtype)
+
+
+class Attention(_Sharded):
+
+  @nn.compact
+  def __call__(self, x, positions):
+    c = self.cfg
+    kv_heads, dims = c.num_kv_heads, c.dims_per_head
+    group = c.num_heads // kv_heads
+    # Fused QKV: per kv head, `group` query heads then one key and one value head.
+    qkv = jnp.einsum('bte,ecnd->btcnd', x,
+                     self.weight('qkv', (c.model_dims, group + 2, kv_heads, dims),
+                                 ('embed', None, 'heads', 'kv'), c.model_dims))
+    q, k, v = qkv[:, :, :group], qkv[:, :, group], qkv[:, :, group + 1]
+    if c.position_embedding == 'rotary':
+      q, k = _rotary(q, positions), _rotary(k, positions)
+    logits = jnp.einsum('btgnd,bsnd->bngts', q * dims**-0.5, k).astype(jnp.float32)
+    logits = _cap(logits, c.atten_logit_cap)
+    causal = positions[:, None, None, :, None] >= positions[:, None, None, None, :]
+    logits = jnp.where(causal, logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1).astype(self.dtype)
+    out = jnp.einsum('bngts,bsnd->btgnd', probs, v)
+    return jnp.einsum('btgnd,gnde->bte', out,
+                      self.weight('post', (group, kv_heads, dims, c.model_dims),
+                                  (None, 'heads', 'kv', 'embed'), c.num_heads * dims))
+
+
+class FeedForward(_Sharded):
+
+  @nn.compact
+  def __call__(self, x):
+    c = self.cfg
+    act = ACTIVATIONS[c.activation]
+    if c.activation in GATED:
+      wi = self.weight('wi', (c.model_dims, 2, c.hidden_dims), ('embed', None, 'mlp'),
+                       c.model_dims)
+      h = jnp.einsum('bte,egh->btgh', x, wi)
+      h = act(h[:, :, 0]) * h[:, :, 1]
+    else:
+      h = act(jnp.einsum('bte,eh->bth', x,
+                         self.weight('wi', (c.model_dims, c.hidden_dims), ('embed', 'mlp'),
+                                     c.model_dims)))
+    h = self.constrain(h, ('batch', 'length', 'act_mlp'))
+    return jnp.einsum('bth,he->bte', h, self.weight('wo', (c.hidden_dims, c.model_dims),
+                                                    ('mlp', 'embed'), c.hidden_dims))
+
+
+class Block(_Sharded):
+  """One pre-LN layer; (carry, positions) -> (carry, None) so nn.scan can stack it."""
+
+  @nn.compact
+  def __call__(self, x, positions):
+    kw = dict(cfg=self.cfg, mesh=self.mesh, rules=self.rules)
+    x = x + Attention(**kw, name='attention')(self.norm('pre_attention_norm')(x), positions)
+    x = x + FeedForward(**kw, name='ffn')(self.norm('pre_ffn_norm')(x))
+    return self.constrain(x), None
+
+
+class TransformerLm(_Sharded):
+
+  @nn.compact
+  def __call__(self, inputs, positions: Optional[jax.Array] = None):
+    """Logits (batch, length, vocab) in float32 for int token ids (batch, length)."""
+    c = self.cfg
+    if positions is None:
+      positions = jnp.broadcast_to(jnp.arange(inputs.shape[1]), inputs.shape)
+    embedding = self.param('embedding', _init(c.model_dims, ('vocab', 'embed')),
+                           (c.vocab_size, c.model_dims), jnp.dtype(c.param_dtype))
+    # Pax scales looked-up embeddings by sqrt(dims) so inputs are unit-scale.
+    x = jnp.take(embedding, inputs, axis=0).astype(self.dtype) * c.model_dims**0.5
+    if c.position_embedding == 'learned':
+      x = x + jnp.take(self.weight('position_embedding', (c.max_seq_len, c.model_dims),
+                                   (None, 'embed'), 1), positions, axis=0)
+    x = self.constrain(x)
+
+    block = Block
+    policy = REMAT_POLICIES[c.remat_policy]
+    if c.remat_policy != 'none':
+      block = nn.remat(Block, policy=policy, prevent_cse=not c.use_repeated_layer)
+    kw = dict(cfg=c, mesh=self.mesh, rules=self.rules)
+    if c.use_repeated_layer:
+      stack = nn.scan(block, variable_axes={'params': 0}, split_rngs={'params': True},
+                      in_axes=nn.broadcast, length=c.num_layers,
+                      metadata_params={nn.PARTITION_NAME: 'layers'})
+      x, _ = stack(**kw, name='layers')(x, positions)
+    else:
+      for i in range(c.num_layers):
+        x, _ = block(**kw, name=f'layer_{i}')(x, positions)
+
+    x = self.norm('final_norm')(x)
+    if c.separate_embedding:
+      softmax = self.weight('softmax', (c.model_dims, c.vocab_size), ('embed', 'vocab'),
+                            c.model_dims)
+      logits = jnp.einsum('bte,ev->btv', x, softmax)
+    else:
+      logits = jnp.einsum('bte,ve->btv', x, embedding.astype(self.dtype))
+    logits = self.constrain(logits, ('batch', 'length', 'act_vocab'))
+    return _cap(logits.astype(jnp.float32), c.softmax_cap)
+
+
+def lm_loss(logits, targets, weights):
+  """Weighted token cross-entropy and Pax's LM metrics.
+
+  Returns (loss, metrics) where loss = log_pplx = the weighted mean negative log-likelihood,
+  accuracy = weighted next-token accuracy, num_tokens = sum of weights.
+  """
+  log_probs = jax.nn.log_softmax(logits, axis=-1)
+  nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+  weights = weights.astype(jnp.float32)
+  num_tokens = weights.sum()
+  denom = jnp.maximum(num_tokens, 1.0)
+  loss = (nll * weights).sum() / denom
+  correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+  metrics = {
+      'loss': loss,
+      'log_pplx': loss,
+      'accuracy': (correct * weights).sum() / denom,
+      'num_tokens': num_tokens,
+  }
+  return loss, metrics

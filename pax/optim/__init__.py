@@ -1,0 +1,1 @@
+"""Optimizers (optax) and Pax's learning-rate schedules."""

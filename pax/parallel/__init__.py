@@ -1,0 +1,1 @@
+"""Partitioning: the device mesh and the logical-axis rules that place arrays on it."""

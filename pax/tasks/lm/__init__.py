@@ -1,0 +1,1 @@
+"""Experiments under Pax's names."""

@@ -1,0 +1,1 @@
+"""Pax's language-model experiments: every module here registers its classes."""

@@ -1,0 +1,83 @@
+"""Pax's C4 convergence experiments, with Pax's hyper-parameters."""
+from pax.experiments.base import BaseExperiment
+from pax.experiments.registry import register
+
+
+@register
+class C4SpmdAdam(BaseExperiment):
+  """Base of Pax's C4 runs: SentencePiece 32k vocabulary, Adam, Pax's LR schedule."""
+  DATA_SOURCE = 'c4'
+  VOCAB_SIZE = 32000
+  SEQ_LEN = 1024
+  ACTIVATION = 'gelu'
+  FPROP_DTYPE = 'bfloat16'
+  USE_REPEATED_LAYER = True
+  REMAT_POLICY = 'dots_with_no_batch_dims_saveable'
+  LEARNING_RATE = 1e-3
+  ADAM_BETA1 = 0.9
+  ADAM_BETA2 = 0.99
+  ADAM_EPSILON = 1e-6
+  CLIP_GRADIENT_NORM_TO_VALUE = 5.0
+  WEIGHT_DECAY = 1e-3
+  LR_SCHEDULE = 'linear_rampup_exponential_decay'
+  LR_WARMUP_STEPS = 4000
+  LR_DECAY_START = 4001
+  LR_DECAY_END = 300000
+  LR_MIN_RATIO = 0.1
+  NUM_TRAIN_STEPS = 300000
+  CHECKPOINT_EVERY_N_STEPS = 1000
+  SUMMARY_EVERY_N_STEPS = 10
+  EVAL_EVERY_N_STEPS = 100
+
+
+@register
+class C4Spmd1BAdam4Replicas(C4SpmdAdam):
+  NUM_LAYERS = 13
+  MODEL_DIMS = 2560
+  HIDDEN_DIMS = 10240
+  NUM_HEADS = 20
+  DIMS_PER_HEAD = 128
+  PERCORE_BATCH_SIZE = 32
+  ICI_MESH_SHAPE = (1, 4, 1)
+
+
+@register
+class C4Spmd16BAdam32Replicas(C4SpmdAdam):
+  NUM_LAYERS = 36
+  MODEL_DIMS = 6144
+  HIDDEN_DIMS = 24576
+  NUM_HEADS = 48
+  DIMS_PER_HEAD = 128
+  PERCORE_BATCH_SIZE = 16
+  ICI_MESH_SHAPE = (1, 16, 2)
+
+
+@register
+class C4SpmdPipelineGpt3SmallAdam64Replicas(C4SpmdAdam):
+  """GPT-3 XL-sized layers in 4 pipeline stages on a [stage, replica, data, mdl] mesh.
+
+  Pax's own class set a misspelled PER_CORE_BATCH_SIZE = 8 that nothing read, so it ran with
+  per-core batch 1; that is the value here.
+  """
+  NUM_LAYERS = 24
+  MODEL_DIMS = 3072
+  HIDDEN_DIMS = 12288
+  NUM_HEADS = 24
+  DIMS_PER_HEAD = 128
+  SEQ_LEN = 2048
+  VOCAB_SIZE = 50257
+  POSITION_EMBEDDING = 'learned'
+  PERCORE_BATCH_SIZE = 1
+  MESH_AXIS_NAMES = ('stage', 'replica', 'data', 'mdl')
+  ICI_MESH_SHAPE = (4, 1, 4, 4)
+  NUM_STAGES = 4
+  NUM_MICROBATCHES = 16
+  LEARNING_RATE = 2e-4
+  ADAM_BETA2 = 0.95
+  ADAM_EPSILON = 1e-8
+  CLIP_GRADIENT_NORM_TO_VALUE = 1.0
+  WEIGHT_DECAY = 0.1
+  LR_SCHEDULE = 'linear_rampup_cosine_decay'
+  LR_WARMUP_STEPS = 265
+  LR_DECAY_START = 266
+  LR_DECAY_END = 108600

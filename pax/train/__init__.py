@@ -1,0 +1,1 @@
+"""Training: state, step functions, the loop, metrics, summaries and the run manifest."""

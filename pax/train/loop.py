@@ -1,0 +1,194 @@
+"""The train and eval loops: every side effect (files, logs) lives here, around pure steps."""
+import dataclasses
+import json
+import os
+import time
+
+import jax
+import numpy as np
+from absl import logging
+
+from pax import data
+from pax.checkpoint.manager import Checkpointer
+from pax.errors import UsageError
+from pax.experiments import config as config_lib
+from pax.models.transformer import TransformerLm
+from pax.optim import optimizers
+from pax.parallel import sharding
+from pax.parallel.mesh import build_mesh
+from pax.train import manifest, mfu, state as state_lib, summaries as summaries_lib
+from pax.train.step import make_eval_step, make_train_step
+
+
+@dataclasses.dataclass
+class Run:
+  """Everything resolved before the job directory is touched."""
+  task: config_lib.TaskConfig
+  datasets: list
+  mesh: jax.sharding.Mesh
+  model: TransformerLm
+  tx: object
+  lr_schedule: object
+  train_data: object
+  eval_data: dict
+  global_batch: int
+
+
+def prepare(experiment) -> Run:
+  """Resolve and validate an experiment; raises UsageError before anything is written."""
+  task, datasets = experiment.task(), experiment.datasets()
+  if task.mesh.num_stages > 1:
+    raise UsageError(f'NUM_STAGES={task.mesh.num_stages}: pipeline parallelism is not in this '
+                     'build yet; --set NUM_STAGES=1 with a mesh without a stage axis')
+  devices = jax.devices()
+  mesh = build_mesh(task.mesh, devices)
+  model = TransformerLm(task.model, mesh=mesh)
+  tx, lr_schedule = optimizers.build(task.optimizer)
+  global_batch = task.train.percore_batch_size * len(devices)
+  batch_shards = mesh.shape['replica'] * mesh.shape['data']
+  if global_batch % batch_shards or global_batch % jax.process_count():
+    raise UsageError(f'global batch {global_batch} does not split over {batch_shards} batch '
+                     f'shards and {jax.process_count()} processes; change PERCORE_BATCH_SIZE')
+  train_cfg = next(d for d in datasets if d.is_training)
+  vocab = task.model.vocab_size
+  return Run(task=task, datasets=datasets, mesh=mesh, model=model, tx=tx,
+             lr_schedule=lr_schedule, train_data=data.build(train_cfg, vocab),
+             eval_data={d.name: data.build(d, vocab) for d in datasets if not d.is_training},
+             global_batch=global_batch)
+
+
+def _device_batch(dataset, index: int, run: Run):
+  """This process's rows of global batch `index`, assembled into sharded global arrays."""
+  per_process = run.global_batch // jax.process_count()
+  rows = slice(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
+  local = dataset.batch(index, run.global_batch, rows)
+  spec = sharding.batch_sharding(run.mesh)
+  return {k: jax.make_array_from_process_local_data(spec, v, (run.global_batch,) + v.shape[1:])
+          for k, v in local.items()}
+
+
+def _write_json(path: str, obj) -> None:
+  tmp = path + '.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(obj, f, indent=2, default=str)
+  os.replace(tmp, path)
+
+
+def _evaluate(run: Run, eval_step, params) -> dict:
+  """Token-weighted means over EVAL_NUM_BATCHES fixed batches of each eval split."""
+  results = {}
+  for name, dataset in run.eval_data.items():
+    outs = [eval_step(params, _device_batch(dataset, i, run))
+            for i in range(run.task.train.eval_num_batches)]
+    outs = jax.device_get(outs)
+    tokens = np.array([o['num_tokens'] for o in outs])
+    results[f'eval_test_{name}'] = {
+        k: float(np.sum([o[k] for o in outs] * tokens) / max(tokens.sum(), 1))
+        for k in ('loss', 'log_pplx', 'accuracy')} | {'num_tokens': float(tokens.sum())}
+  return results
+
+
+def _setup(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool):
+  is_writer = jax.process_index() == 0
+  if is_writer:
+    os.makedirs(job_dir, exist_ok=True)
+  peak = mfu.peak_flops(jax.devices(), run.task.model.activation_dtype)
+  if is_writer:
+    _write_json(os.path.join(job_dir, 'config.json'),
+                {'experiment': experiment_name, 'task': config_lib.to_dict(run.task),
+                 'datasets': [config_lib.to_dict(d) for d in run.datasets]})
+    _write_json(os.path.join(job_dir, 'manifest.json'),
+                manifest.environment(jax.devices(), run.mesh, peak))
+  train = run.task.train
+  checkpointer = Checkpointer(job_dir, train.checkpoint_max_to_keep, train.async_checkpointing,
+                              saving=checkpoint_saving)
+  return peak, checkpointer, summaries_lib.Summaries(job_dir, enabled=is_writer)
+
+
+def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool = True) -> dict:
+  """Train to NUM_TRAIN_STEPS, resuming from the newest checkpoint in job_dir; returns the
+  last train metrics."""
+  peak, checkpointer, summaries = _setup(run, job_dir, experiment_name, checkpoint_saving)
+  train_cfg = run.task.train
+  abstract, shardings = state_lib.shardings(run.model, run.tx, run.mesh)
+  logging.info('%s: %.2fM parameters, mesh %s, global batch %d, peak %.3g FLOP/s (%s)',
+               experiment_name, state_lib.num_params(abstract) / 1e6, dict(run.mesh.shape),
+               run.global_batch, peak['flops'], peak['source'])
+  latest = checkpointer.latest_step()
+  if latest is not None:
+    logging.info('resuming from %s/checkpoint_%08d', checkpointer.directory, latest)
+    state = checkpointer.restore(latest, abstract)
+  else:
+    state = state_lib.initialize(run.model, run.tx, shardings, train_cfg.seed)
+  step = int(jax.device_get(state['step']))
+
+  replicated = sharding.replicated(run.mesh)
+  batch_spec = sharding.batch_sharding(run.mesh)
+  train_step = jax.jit(make_train_step(run.model, run.tx, run.lr_schedule),
+                       in_shardings=(shardings, batch_spec), out_shardings=(shardings, replicated),
+                       donate_argnums=0)
+  eval_step = jax.jit(make_eval_step(run.model),
+                      in_shardings=(shardings['params'], batch_spec), out_shardings=replicated)
+  tokens_per_step = run.global_batch * run.task.model.max_seq_len
+  flops_per_step = mfu.flops_per_token(run.task.model, run.task.model.max_seq_len) * tokens_per_step
+
+  last = {}
+  interval_start, interval_steps = None, 0
+  total = train_cfg.num_train_steps
+  while step < total:
+    batch = _device_batch(run.train_data, step, run)
+    state, metrics = train_step(state, batch)
+    step += 1
+    interval_steps += 1
+    if interval_start is None:  # the first step compiles: time from its end
+      jax.block_until_ready(metrics)
+      logging.info('first step (with compilation) done at step %d', step)
+      interval_start, interval_steps = time.perf_counter(), 0
+    if step % train_cfg.checkpoint_every_n_steps == 0 or step == total:
+      checkpointer.save(step, state)
+    if step % train_cfg.summary_every_n_steps == 0 or step == total:
+      values = {k: float(v) for k, v in jax.device_get(metrics).items()}
+      now = time.perf_counter()
+      if interval_steps:
+        step_time = (now - interval_start) / interval_steps
+        values.update(step_time_s=step_time, tokens_per_s=tokens_per_step / step_time,
+                      mfu=flops_per_step / step_time / peak['flops'])
+      else:
+        values.update(step_time_s=float('nan'), tokens_per_s=float('nan'), mfu=float('nan'))
+      interval_start, interval_steps = now, 0
+      summaries.write('train', step, values)
+      if jax.process_index() == 0:
+        summaries_lib.log_train(step, total, values)
+      last = values
+    if step % train_cfg.eval_every_n_steps == 0 or step == total:
+      for split, values in _evaluate(run, eval_step, state['params']).items():
+        summaries.write(split, step, values)
+        summaries_lib.log_eval(step, split, values)
+      summaries.flush()
+      interval_start = time.perf_counter() if interval_start is not None else None
+      interval_steps = 0
+  checkpointer.close()
+  summaries.close()
+  return last
+
+
+def evaluate(run: Run, job_dir: str, experiment_name: str) -> dict:
+  """Evaluate the newest checkpoint in job_dir on every eval split."""
+  checkpoints = os.path.join(job_dir, 'checkpoints')
+  if not os.path.isdir(checkpoints):
+    raise UsageError(f'no checkpoints in {checkpoints}; train first (--mode=train)')
+  _, checkpointer, summaries = _setup(run, job_dir, experiment_name, checkpoint_saving=False)
+  latest = checkpointer.latest_step()
+  if latest is None:
+    raise UsageError(f'no complete checkpoint in {checkpointer.directory}; train first')
+  abstract, shardings = state_lib.shardings(run.model, run.tx, run.mesh)
+  state = checkpointer.restore(latest, abstract)
+  eval_step = jax.jit(make_eval_step(run.model), in_shardings=(
+      shardings['params'], sharding.batch_sharding(run.mesh)), out_shardings=sharding.replicated(run.mesh))
+  results = _evaluate(run, eval_step, state['params'])
+  for split, values in results.items():
+    summaries.write(split, latest, values)
+    summaries_lib.log_eval(latest, split, values)
+  summaries.close()
+  checkpointer.close()
+  return results

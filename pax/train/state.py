@@ -1,0 +1,47 @@
+"""The train state, its shardings and its initialization directly into those shardings."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from pax.parallel import sharding
+
+
+def _example_inputs(model):
+  return jnp.zeros((1, model.cfg.max_seq_len), jnp.int32)
+
+
+def _init_fn(model, tx):
+  def init(rng):
+    params = nn.unbox(model.init(rng, _example_inputs(model))['params'])
+    return {'step': jnp.zeros((), jnp.int32), 'params': params, 'opt_state': tx.init(params)}
+  return init
+
+
+def shardings(model, tx, mesh):
+  """(abstract state, state shardings): parameters placed by their logical axis names,
+  optimizer slots shaped like a parameter placed like it, everything else replicated."""
+  boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), _example_inputs(model)))['params']
+  names = nn.get_partition_spec(boxed)
+  abstract = jax.eval_shape(_init_fn(model, tx), jax.random.key(0))
+  param_shardings = jax.tree.map(
+      lambda spec, p: sharding.logical_sharding(tuple(spec), p.shape, mesh),
+      names, abstract['params'], is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+  replicated = sharding.replicated(mesh)
+  opt_shardings = optax.tree_map_params(
+      tx, lambda _, s: s, abstract['opt_state'], param_shardings,
+      transform_non_params=lambda _: replicated)
+  state_shardings = {'step': replicated, 'params': param_shardings, 'opt_state': opt_shardings}
+  abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                          abstract, state_shardings)
+  return abstract, state_shardings
+
+
+def initialize(model, tx, state_shardings, seed: int):
+  """A fresh state, created on device already sharded (no host copy of the full model)."""
+  init = jax.jit(_init_fn(model, tx), out_shardings=state_shardings)
+  return init(jax.random.key(seed))
+
+
+def num_params(abstract_state) -> int:
+  return sum(p.size for p in jax.tree.leaves(abstract_state['params']))
