@@ -32,7 +32,7 @@ def write_constraints(release: Release) -> Path:
 
 def compile_command(release: Release, platform: str, root: Path) -> list[str]:
     out = release.lockfile(platform).relative_to(root)
-    cmd = [sys.executable, "-m", "piptools", "compile", *PIP_COMPILE_FLAGS,
+    cmd = [sys.executable, "-m", "pax.dist.pip_compile", *PIP_COMPILE_FLAGS,
            # pip-tools keeps a dependency cache per directory: one per platform so compiles can run in parallel
            "--cache-dir", str(Path.home() / ".cache" / "pax-lock" / platform),
            "-o", str(out)]
@@ -49,6 +49,7 @@ def compile_one(release: Release, platform: str, root: Path) -> tuple[str, float
     before = lockfile.sha256_file(lock) if lock.is_file() else None
     env = pip_env()
     env["CUSTOM_COMPILE_COMMAND"] = f"./noxw -s lock -- {release.version} {platform}"
+    env["PYTHONPATH"] = str(root)  # for pax.dist.pip_compile
     started = time.monotonic()
     proc = subprocess.run(compile_command(release, platform, root), cwd=root, env=env,
                           capture_output=True, text=True)
@@ -109,7 +110,8 @@ def lock_tools(root: Path | None = None, log=print) -> str:
     root = root or REPO_ROOT
     env = pip_env()
     env["CUSTOM_COMPILE_COMMAND"] = "./noxw -s lock -- tools"
-    subprocess.run([sys.executable, "-m", "piptools", "compile", *PIP_COMPILE_FLAGS,
+    env["PYTHONPATH"] = str(root)
+    subprocess.run([sys.executable, "-m", "pax.dist.pip_compile", *PIP_COMPILE_FLAGS,
                     "-o", "requirements/tools.txt", "requirements/tools.in"],
                    cwd=root, env=env, check=True)
     sha = lockfile.sha256_file(root / "requirements" / "tools.txt")
