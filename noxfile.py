@@ -110,3 +110,36 @@ def lock(session: nox.Session) -> None:
 
 
 # Later: build, smoke, publish, release, diff, bisect, bench.
+
+
+# Container images (Dockerfile.tpu / Dockerfile.gpu). The logic lives in pax.dist.images;
+# the engine, base image and registry come from ci/docker-engine.sh, ci/base-image.sh and
+# ci/registry.sh.
+def _images(session: nox.Session, command: str, usage: str) -> None:
+    from pax.dist import images  # noqa: PLC0415  (stdlib only)
+
+    if len([a for a in session.posargs if not a.startswith("-")]) < 2:
+        session.error(f"{command}: usage: ./noxw -s {command} -- {usage}")
+    try:
+        result = images.run([command, *session.posargs])
+    except images.ImageError as err:
+        session.error(str(err))
+    session.log(f"{command}: {result}")
+
+
+@nox.session(venv_backend="none")
+def build(session: nox.Session) -> None:
+    """Build pax:RELEASE-PLATFORM: `build -- RELEASE tpu|gpu [--base-image IMAGE]`."""
+    _images(session, "build", "RELEASE tpu|gpu [--base-image IMAGE]")
+
+
+@nox.session(venv_backend="none")
+def smoke(session: nox.Session) -> None:
+    """Train the tiny LM in the image offline and check its job dir: `smoke -- RELEASE PLATFORM`."""
+    _images(session, "smoke", "RELEASE tpu|gpu [--steps N] [--keep DIR]")
+
+
+@nox.session(venv_backend="none")
+def publish(session: nox.Session) -> None:
+    """Push, move latest-PLATFORM, pull back by digest: `publish -- RELEASE PLATFORM --registry H:P`."""
+    _images(session, "publish", "RELEASE tpu|gpu --registry HOST:PORT")

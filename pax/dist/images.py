@@ -37,6 +37,8 @@ import uuid
 from pathlib import Path
 from typing import Iterable, Optional
 
+from pax.dist import lockfile
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLATFORMS = ('tpu', 'gpu')
 IMAGE_REPO = os.environ.get('PAX_IMAGE_REPO', 'pax')
@@ -91,36 +93,19 @@ def lock_path(release: str, platform: str) -> Path:
   return lock
 
 
-def sha256_file(path: Path) -> str:
-  h = hashlib.sha256()
-  with open(path, 'rb') as f:
-    for chunk in iter(lambda: f.read(1 << 20), b''):
-      h.update(chunk)
-  return h.hexdigest()
-
-
-def normalize(name: str) -> str:
-  return re.sub(r'[-_.]+', '-', name).lower()
+sha256_file = lockfile.sha256_file
+normalize = lockfile.canonicalize
 
 
 def parse_lock(path: Path) -> dict[str, tuple[str, set[str]]]:
-  """{normalized name: (version, {sha256 hex})} from a pip-compile --generate-hashes file."""
-  text = Path(path).read_text()
-  entries: dict[str, tuple[str, set[str]]] = {}
-  current: Optional[str] = None
-  for raw in text.replace('\\\n', ' ').splitlines():
-    line = raw.split('#', 1)[0].strip()
-    if not line or line.startswith('-'):
-      continue
-    req, *hashes = line.split('--hash=')
-    req = req.split(';', 1)[0].strip()
-    m = re.fullmatch(r'([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*===?\s*(\S+)', req)
-    if not m:
-      raise ImageError(f'{path}: cannot read lock line {raw.strip()!r} (expected name==version)')
-    current = normalize(m.group(1))
-    digests = {h.strip().split(':', 1)[1] for h in hashes if h.strip().startswith('sha256:')}
-    entries[current] = (m.group(3), digests)
-  return entries
+  """{canonical name: (version, {sha256 hex})} of a pip-compile --generate-hashes lockfile."""
+  try:
+    pins = lockfile.parse_lockfile(path)
+  except lockfile.LockfileError as e:
+    raise ImageError(str(e)) from None
+  return {name: (pin.version, {h.split(':', 1)[1].lower() for h in pin.hashes
+                               if h.lower().startswith('sha256:')})
+          for name, pin in pins.items()}
 
 
 # --------------------------------------------------------------------------- wheelhouse
@@ -397,6 +382,8 @@ def check_job_dir(job: Path, release: str, lock_sha: str) -> dict:
     if not line.strip():
       continue
     rec = json.loads(line)
+    if rec.get('split', 'train') != 'train':
+      continue
     for key in ('loss', 'train/loss', 'train_loss'):
       if isinstance(rec.get(key), (int, float)):
         losses.append(float(rec[key]))
@@ -538,40 +525,52 @@ def publish(release: str, platform: str, registry: str, image: Optional[str] = N
 
 # --------------------------------------------------------------------------- CLI
 
-def main(argv: Optional[list[str]] = None) -> int:
-  p = argparse.ArgumentParser(prog='python -m pax.dist.images', description=__doc__.split('\n')[0])
+def parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog='python -m pax.dist.images',
+                              description=__doc__.split('\n')[0])
   sub = p.add_subparsers(dest='cmd', required=True)
   for name in ('wheelhouse', 'build', 'smoke', 'publish'):
     s = sub.add_parser(name)
     s.add_argument('release')
     s.add_argument('platform')
     if name == 'build':
-      s.add_argument('--base-image', default=os.environ.get('PAX_BASE_IMAGE', DEFAULT_BASE_IMAGE))
-      s.add_argument('--tag')
-      s.add_argument('--wheelhouse', type=Path)
+      s.add_argument('--base-image', default=os.environ.get('PAX_BASE_IMAGE', DEFAULT_BASE_IMAGE),
+                     help=f'default {DEFAULT_BASE_IMAGE} (ci/base-image.sh); or e.g. '
+                          f'python:3.11-slim-bookworm')
+      s.add_argument('--tag', help='default pax:RELEASE-PLATFORM')
+      s.add_argument('--wheelhouse', type=Path, help='default wheelhouse/RELEASE-PLATFORM')
     if name == 'smoke':
-      s.add_argument('--image')
+      s.add_argument('--image', help='default pax:RELEASE-PLATFORM')
       s.add_argument('--steps', type=int, default=SMOKE_STEPS)
       s.add_argument('--keep', type=Path, help='keep the job directory here')
     if name == 'publish':
-      s.add_argument('--registry', required=True, help='HOST:PORT')
-      s.add_argument('--image')
-  a = p.parse_args(argv)
+      s.add_argument('--registry', required=True, help='HOST:PORT, e.g. 127.0.0.1:5000')
+      s.add_argument('--image', help='default pax:RELEASE-PLATFORM')
+  return p
+
+
+def run(argv: list[str], log=sys.stderr) -> object:
+  """Parse and run one command; raises ImageError (argparse exits 2 on malformed arguments)."""
+  a = parser().parse_args(argv)
+  if a.cmd == 'wheelhouse':
+    return prepare_wheelhouse(a.release, a.platform, log=log)
+  if a.cmd == 'build':
+    return build(a.release, a.platform, base_image=a.base_image, tag=a.tag,
+                 wheelhouse=a.wheelhouse, log=log)
+  if a.cmd == 'smoke':
+    return smoke(a.release, a.platform, image=a.image, steps=a.steps, keep=a.keep, log=log)
+  return publish(a.release, a.platform, a.registry, image=a.image, log=log)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
   try:
-    if a.cmd == 'wheelhouse':
-      print(prepare_wheelhouse(a.release, a.platform))
-    elif a.cmd == 'build':
-      print(build(a.release, a.platform, base_image=a.base_image, tag=a.tag,
-                  wheelhouse=a.wheelhouse))
-    elif a.cmd == 'smoke':
-      print(json.dumps(smoke(a.release, a.platform, image=a.image, steps=a.steps, keep=a.keep)))
-    elif a.cmd == 'publish':
-      print(json.dumps(publish(a.release, a.platform, a.registry, image=a.image)))
+    result = run(sys.argv[1:] if argv is None else argv)
   except ImageError as e:
     print(f'pax images: error: {e}', file=sys.stderr)
     return 2 if e.usage else 1
   except KeyboardInterrupt:
     return 130
+  print(json.dumps(result) if isinstance(result, dict) else result)
   return 0
 
 
