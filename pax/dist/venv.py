@@ -106,7 +106,7 @@ def verify(env: Env, log=print) -> None:
     if problems:
         raise EnvMismatch(
             f"{env.path} does not match {env.lockfile}:\n" + "\n".join(problems)
-            + f"\nRebuild it: rm -r {env.path} (the next session recreates it).")
+            + f"\nRebuild it: rm -r {env.path} (the next session recreates it)")
     check = subprocess.run(_pip(env.python, "check"), capture_output=True, text=True,
                            env=pip_env())
     if check.returncode != 0:
@@ -146,7 +146,7 @@ def ensure(release: Release, platform: str, root: Path | None = None, log=print)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
     if lockfile.parse_lockfile(lock):
         subprocess.run(_pip(env.python, "install", "--require-hashes", "--no-deps",
-                            "--disable-pip-version-check", "-r", str(lock)),
+                            "--quiet", "-r", str(lock)),
                        check=True, env=pip_env())
     verify(env, log)
     stamp.write_text(sha + "\n")
