@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import urllib.error
 import urllib.request
 import uuid
@@ -90,6 +91,13 @@ def lock_path(release: str, platform: str) -> Path:
   if not lock.is_file():
     raise ImageError(f'release {release} has no {platform} lockfile ({lock}); create it with '
                      f'./noxw -s lock -- {release}', usage=True)
+  try:
+    frozen = tomllib.loads((rel / 'release.toml').read_text()).get('locks', {}).get(platform)
+  except tomllib.TOMLDecodeError as e:
+    raise ImageError(f'{rel}/release.toml: {e}') from None
+  if frozen and frozen != sha256_file(lock):
+    raise ImageError(f'{lock} has sha256 {sha256_file(lock)[:12]}..., but {rel}/release.toml '
+                     f'records {frozen[:12]}...; restore the lockfile (releases are frozen)')
   return lock
 
 

@@ -34,13 +34,16 @@ class Run:
   global_batch: int
 
 
-def prepare(experiment) -> Run:
-  """Resolve and validate an experiment; raises UsageError before anything is written."""
+def prepare(experiment, devices=None) -> Run:
+  """Resolve and validate an experiment; raises UsageError before anything is written.
+
+  devices: the devices to build the mesh from (default: all of them).
+  """
   task, datasets = experiment.task(), experiment.datasets()
   if task.mesh.num_stages > 1:
     raise UsageError(f'NUM_STAGES={task.mesh.num_stages}: pipeline parallelism is not in this '
                      'build yet; --set NUM_STAGES=1 with a mesh without a stage axis')
-  devices = jax.devices()
+  devices = list(devices or jax.devices())
   mesh = build_mesh(task.mesh, devices)
   model = TransformerLm(task.model, mesh=mesh)
   tx, lr_schedule = optimizers.build(task.optimizer)
@@ -88,28 +91,29 @@ def _evaluate(run: Run, eval_step, params) -> dict:
   return results
 
 
-def _setup(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool):
+def _setup(run: Run, job_dir: str, experiment_name: str):
+  """Creates the job directory with config.json and manifest.json; returns (peak, summaries)."""
   is_writer = jax.process_index() == 0
   if is_writer:
     os.makedirs(job_dir, exist_ok=True)
-  peak = mfu.peak_flops(jax.devices(), run.task.model.activation_dtype)
+  devices = list(run.mesh.devices.flat)
+  peak = mfu.peak_flops(devices, run.task.model.activation_dtype)
   if is_writer:
     _write_json(os.path.join(job_dir, 'config.json'),
                 {'experiment': experiment_name, 'task': config_lib.to_dict(run.task),
                  'datasets': [config_lib.to_dict(d) for d in run.datasets]})
     _write_json(os.path.join(job_dir, 'manifest.json'),
-                manifest.environment(jax.devices(), run.mesh, peak))
-  train = run.task.train
-  checkpointer = Checkpointer(job_dir, train.checkpoint_max_to_keep, train.async_checkpointing,
-                              saving=checkpoint_saving)
-  return peak, checkpointer, summaries_lib.Summaries(job_dir, enabled=is_writer)
+                manifest.environment(devices, run.mesh, peak))
+  return peak, summaries_lib.Summaries(job_dir, enabled=is_writer)
 
 
 def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool = True) -> dict:
   """Train to NUM_TRAIN_STEPS, resuming from the newest checkpoint in job_dir; returns the
   last train metrics."""
-  peak, checkpointer, summaries = _setup(run, job_dir, experiment_name, checkpoint_saving)
+  peak, summaries = _setup(run, job_dir, experiment_name)
   train_cfg = run.task.train
+  checkpointer = Checkpointer(job_dir, train_cfg.checkpoint_max_to_keep,
+                              train_cfg.async_checkpointing, saving=checkpoint_saving)
   abstract, shardings = state_lib.shardings(run.model, run.tx, run.mesh)
   logging.info('%s: %.2fM parameters, mesh %s, global batch %d, peak %.3g FLOP/s (%s)',
                experiment_name, state_lib.num_params(abstract) / 1e6, dict(run.mesh.shape),
@@ -127,8 +131,7 @@ def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool 
   train_step = jax.jit(make_train_step(run.model, run.tx, run.lr_schedule),
                        in_shardings=(shardings, batch_spec), out_shardings=(shardings, replicated),
                        donate_argnums=0)
-  eval_step = jax.jit(make_eval_step(run.model),
-                      in_shardings=(shardings['params'], batch_spec), out_shardings=replicated)
+  eval_step = _jit_eval_step(run, shardings)
   tokens_per_step = run.global_batch * run.task.model.max_seq_len
   flops_per_step = mfu.flops_per_token(run.task.model, run.task.model.max_seq_len) * tokens_per_step
 
@@ -149,12 +152,12 @@ def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool 
     if step % train_cfg.summary_every_n_steps == 0 or step == total:
       values = {k: float(v) for k, v in jax.device_get(metrics).items()}
       now = time.perf_counter()
-      if interval_steps:
-        step_time = (now - interval_start) / interval_steps
-        values.update(step_time_s=step_time, tokens_per_s=tokens_per_step / step_time,
-                      mfu=flops_per_step / step_time / peak['flops'])
-      else:
-        values.update(step_time_s=float('nan'), tokens_per_s=float('nan'), mfu=float('nan'))
+      # Timing covers the steps since the last summary, compilation excluded; the very first
+      # step has nothing measured, so its timing fields are null.
+      step_time = (now - interval_start) / interval_steps if interval_steps else None
+      values.update(step_time_s=step_time,
+                    tokens_per_s=step_time and tokens_per_step / step_time,
+                    mfu=step_time and flops_per_step / step_time / peak['flops'])
       interval_start, interval_steps = now, 0
       summaries.write('train', step, values)
       if jax.process_index() == 0:
@@ -174,21 +177,24 @@ def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool 
 
 def evaluate(run: Run, job_dir: str, experiment_name: str) -> dict:
   """Evaluate the newest checkpoint in job_dir on every eval split."""
-  checkpoints = os.path.join(job_dir, 'checkpoints')
-  if not os.path.isdir(checkpoints):
-    raise UsageError(f'no checkpoints in {checkpoints}; train first (--mode=train)')
-  _, checkpointer, summaries = _setup(run, job_dir, experiment_name, checkpoint_saving=False)
-  latest = checkpointer.latest_step()
+  checkpointer = Checkpointer(job_dir, max_to_keep=1, saving=False)
+  latest = checkpointer.latest_step() if os.path.isdir(checkpointer.directory) else None
   if latest is None:
-    raise UsageError(f'no complete checkpoint in {checkpointer.directory}; train first')
+    raise UsageError(f'no complete checkpoint in {checkpointer.directory}; train first '
+                     '(--mode=train)')
+  _, summaries = _setup(run, job_dir, experiment_name)
   abstract, shardings = state_lib.shardings(run.model, run.tx, run.mesh)
   state = checkpointer.restore(latest, abstract)
-  eval_step = jax.jit(make_eval_step(run.model), in_shardings=(
-      shardings['params'], sharding.batch_sharding(run.mesh)), out_shardings=sharding.replicated(run.mesh))
-  results = _evaluate(run, eval_step, state['params'])
+  results = _evaluate(run, _jit_eval_step(run, shardings), state['params'])
   for split, values in results.items():
     summaries.write(split, latest, values)
     summaries_lib.log_eval(latest, split, values)
   summaries.close()
   checkpointer.close()
   return results
+
+
+def _jit_eval_step(run: Run, shardings):
+  return jax.jit(make_eval_step(run.model),
+                 in_shardings=(shardings['params'], sharding.batch_sharding(run.mesh)),
+                 out_shardings=sharding.replicated(run.mesh))

@@ -16,7 +16,7 @@ def make_train_step(model, tx, lr_schedule):
     new_state = {'step': state['step'] + 1,
                  'params': optax.apply_updates(state['params'], updates),
                  'opt_state': opt_state}
-    metrics = {**metrics, 'grad_norm': optax.global_norm(grads),
+    metrics = {**metrics, 'grad_norm': optax.tree.norm(grads),
                'learning_rate': lr_schedule(state['step'])}
     return new_state, metrics
   return train_step

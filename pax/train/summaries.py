@@ -25,7 +25,8 @@ class Summaries:
       return
     writer = self._writer(split)
     for name, value in scalars.items():
-      writer.add_scalar(name, value, step)
+      if value is not None:
+        writer.add_scalar(name, value, step)
     self._jsonl.write(json.dumps({'split': split, 'step': step, **scalars}) + '\n')
 
   def flush(self) -> None:
@@ -51,10 +52,13 @@ def _duration(seconds: float) -> str:
 
 
 def log_train(step: int, total: int, m: dict) -> None:
-  eta = _duration((total - step) * m['step_time_s'])
-  logging.info('step %d/%d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tokens/s  mfu %.1f%%  '
-               'ETA %s', step, total, m['loss'], m['grad_norm'], m['learning_rate'],
-               m['tokens_per_s'], 100 * m['mfu'], eta)
+  if m['step_time_s'] is None:
+    speed = 'compiled'
+  else:
+    speed = (f"{m['tokens_per_s']:.0f} tokens/s  mfu {100 * m['mfu']:.1f}%  "
+             f"ETA {_duration((total - step) * m['step_time_s'])}")
+  logging.info('step %d/%d  loss %.4f  grad_norm %.3f  lr %.2e  %s', step, total, m['loss'],
+               m['grad_norm'], m['learning_rate'], speed)
 
 
 def log_eval(step: int, split: str, m: dict) -> None:
