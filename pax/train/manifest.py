@@ -3,20 +3,16 @@
 The release and its lockfile come from PAX_RELEASE / PAX_LOCKFILE, which the nox sessions and
 the images set when they install from a release lock; the lock's sha256 is recomputed here.
 """
-import hashlib
 import importlib.metadata
 import os
 import platform
 import subprocess
 import sys
 
+from pax.dist.lockfile import sha256_file
+
 HEADLINE_PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'tensorstore', 'numpy')
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _sha256(path: str) -> str:
-  with open(path, 'rb') as f:
-    return hashlib.sha256(f.read()).hexdigest()
 
 
 def _git_revision():
@@ -39,7 +35,7 @@ def release_info() -> dict:
   info = {'release': os.environ.get('PAX_RELEASE'), 'lockfile': lockfile, 'lock_sha256': None,
           'image': os.environ.get('PAX_IMAGE')}
   if lockfile and os.path.isfile(lockfile):
-    info['lock_sha256'] = _sha256(lockfile)
+    info['lock_sha256'] = sha256_file(lockfile)
   return info
 
 
