@@ -50,6 +50,15 @@ def _env(session: nox.Session, release: dist_release.Release, platform: str) -> 
         session.error(f"building the {release.version} {platform} env failed: {err}")
 
 
+def _flag_value(args: list[str], name: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
 @nox.session(venv_backend="none")
 def test(session: nox.Session) -> None:
     """Run pytest in a release's pinned CPU env: `test -- [RELEASE] [pytest args]`."""
@@ -68,13 +77,10 @@ def train(session: nox.Session) -> None:
     args = list(session.posargs)
     release = _release(session, args)
     platform = args.pop(0) if args and args[0] in dist_release.PLATFORMS else "cpu"
-    stray = [a for a in args if not a.startswith("--")]
-    if stray:
-        session.error(f"train: unexpected argument(s) {' '.join(stray)}; "
-                      "usage: train -- [RELEASE] [PLATFORM] [--flag=value ...]")
-    given = {a.split("=", 1)[0] for a in args}
+    # Everything else goes to pax.main as is (`--flag=value` or `--flag value`).
+    given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
     flags = [f"{k}={v}" for k, v in TRAIN_DEFAULTS.items() if k not in given] + args
-    job_dir = Path(next(f for f in flags if f.startswith("--job_log_dir=")).split("=", 1)[1])
+    job_dir = Path(_flag_value(flags, "--job_log_dir"))
     env = _env(session, release, platform)
     session.run(str(env.python), "-m", "pax.main", *flags, env=env.session_env(), external=True)
     job_dir = job_dir if job_dir.is_absolute() else ROOT / job_dir
