@@ -6,6 +6,8 @@
 #
 # Docker treats 127.0.0.0/8 as an insecure registry, so plain HTTP on loopback works
 # without engine configuration. Storage lives in a temporary directory removed by stop.
+# PAX_REGISTRY_READONLY=1 starts a registry that refuses pushes (for error-path tests);
+# PAX_REGISTRY_STATE_DIR runs a second instance beside the first.
 set -euo pipefail
 
 STATE_DIR="${PAX_REGISTRY_STATE_DIR:-/tmp/pax-registry}"
@@ -52,6 +54,7 @@ storage:
     rootdirectory: $data
   delete:
     enabled: true
+$(if [ "${PAX_REGISTRY_READONLY:-0}" = 1 ]; then printf '  maintenance:\n    readonly:\n      enabled: true\n'; fi)
 http:
   addr: 127.0.0.1:$port
 YML
