@@ -38,8 +38,13 @@ def compile_command(release: Release, platform: str, root: Path) -> list[str]:
            "-o", str(out)]
     if release.pins:
         cmd += ["-c", str(release.constraints_file.relative_to(root))]
+    # fast-deps reads each wheel's metadata with HTTP range requests: this index publishes no
+    # separate metadata files (PEP 658), and without it pip downloads every wheel it considers
+    # (~3 GB of CUDA wheels for the gpu lock); hashes come from the index links (pip_compile.py).
+    pip_args = ["--use-feature=fast-deps"]
     if release.resolved_before:
-        cmd += ["--pip-args", f"--uploaded-prior-to={release.resolved_before}"]
+        pip_args.append(f"--uploaded-prior-to={release.resolved_before}")
+    cmd += ["--pip-args", " ".join(pip_args)]
     cmd.append(f"requirements/{platform}.in")
     return cmd
 
@@ -112,6 +117,7 @@ def lock_tools(root: Path | None = None, log=print) -> str:
     env["CUSTOM_COMPILE_COMMAND"] = "./noxw -s lock -- tools"
     env["PYTHONPATH"] = str(root)
     subprocess.run([sys.executable, "-m", "pax.dist.pip_compile", *PIP_COMPILE_FLAGS,
+                    "--pip-args", "--use-feature=fast-deps",
                     "-o", "requirements/tools.txt", "requirements/tools.in"],
                    cwd=root, env=env, check=True)
     sha = lockfile.sha256_file(root / "requirements" / "tools.txt")
