@@ -129,6 +129,21 @@ def clean_pip_env() -> dict[str, str]:
   return env
 
 
+def pip_python() -> str:
+  """An interpreter with pip: this one, else the tools venv's (release envs hold no pip)."""
+  candidates = [sys.executable, str(REPO_ROOT / '.tools' / 'venv' / 'bin' / 'python'),
+                shutil.which('python3.11'), shutil.which('python3')]
+  for python in filter(None, candidates):
+    if not Path(python).exists():
+      continue
+    r = subprocess.run([python, '-m', 'pip', '--version'], capture_output=True, text=True,
+                       env=clean_pip_env())
+    if r.returncode == 0 and ' (python 3.11)' in r.stdout:
+      return python
+  raise ImageError('no Python 3.11 with pip found (tried this interpreter, .tools/venv, '
+                   'python3.11, python3); run ./noxw -l once to create .tools/venv')
+
+
 def wheelhouse_dir(release: str, platform: str) -> Path:
   base = Path(os.environ.get('PAX_WHEELHOUSE', REPO_ROOT / 'wheelhouse'))
   return base / f'{release}-{platform}'
@@ -171,7 +186,7 @@ def prepare_wheelhouse(release: str, platform: str, dest: Optional[Path] = None,
   lock = lock_path(release, platform)
   dest = Path(dest) if dest else wheelhouse_dir(release, platform)
   dest.mkdir(parents=True, exist_ok=True)
-  cmd = [sys.executable, '-m', 'pip', 'download', '--only-binary=:all:', '--no-deps',
+  cmd = [pip_python(), '-m', 'pip', 'download', '--only-binary=:all:', '--no-deps',
          '--require-hashes', '-r', str(lock), '-d', str(dest),
          '--python-version', PYTHON_VERSION, '--implementation', 'cp', '--abi', 'cp311',
          '--abi', 'abi3', '--abi', 'none', '--progress-bar', 'off']
@@ -212,7 +227,7 @@ def build_pax_wheel(dest: Path) -> Path:
         shutil.copy2(REPO_ROOT / rel, src / rel)
       if not (src / 'README.md').exists():
         (src / 'README.md').write_text('Pax\n')
-    r = subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '-q', '-w', str(dest),
+    r = subprocess.run([pip_python(), '-m', 'pip', 'wheel', '--no-deps', '-q', '-w', str(dest),
                         str(src)], env=clean_pip_env(), capture_output=True, text=True)
     if r.returncode != 0:
       last = [l for l in (r.stdout + r.stderr).splitlines() if l.strip()][-1:] or ['']
