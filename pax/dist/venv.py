@@ -7,7 +7,9 @@ missing or stale stamp means the env is rebuilt from scratch.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import shutil
@@ -120,8 +122,22 @@ def _pip(python: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "pip", "--python", str(python), "--no-input", *args]
 
 
+@contextlib.contextmanager
+def _locked(path: Path):
+    """Serialise sessions that build or check the same env (e.g. test and train at once)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f"{path.name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def ensure(release: Release, platform: str, root: Path | None = None, log=print) -> Env:
     """Create (or reuse) and verify the env for (release, platform)."""
+    with _locked(env_path(release, platform, root)):
+        return _ensure(release, platform, root, log)
+
+
+def _ensure(release: Release, platform: str, root: Path | None, log) -> Env:
     want_python = release.python
     have_python = f"{sys.version_info.major}.{sys.version_info.minor}"
     if want_python != have_python:
