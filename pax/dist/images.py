@@ -45,7 +45,7 @@ PLATFORMS = ('tpu', 'gpu')
 IMAGE_REPO = os.environ.get('PAX_IMAGE_REPO', 'pax')
 DEFAULT_BASE_IMAGE = 'pax-base:bookworm'
 SMOKE_EXPERIMENT = 'tasks.lm.params.lm_cloud.LmCloudSpmdTiny'
-SMOKE_STEPS = 30
+SMOKE_STEPS = 20
 # Linux x86_64, glibc 2.36 (bookworm, the base of both pax-base and python:3.11-slim-bookworm).
 # pip does not expand a manylinux_2_N --platform to older tags, so every compatible tag is listed.
 GLIBC_MINOR = 36
