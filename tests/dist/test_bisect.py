@@ -1,0 +1,230 @@
+"""pax.dist.bisect over a hermetic index: tiny wheels built on the fly, lockfiles over them.
+
+No network: wheels come from a local folder (`--no-index --find-links`), through the shared,
+hash-verified wheel cache, into venvs built with `--no-deps`. COMMAND is `python check.py`,
+which fails when an installed module says BROKEN, or when modules carrying tokens x and y
+are installed together (an interaction).
+"""
+import json
+import math
+import textwrap
+
+import pytest
+
+from pax.dist import bisect, diff
+from pax.dist.lockfile import Pin
+from tests.dist.wheels import build_wheel, write_lock
+
+CHECK = textwrap.dedent("""\
+    import importlib, importlib.metadata as md, os, sys
+    tokens = set()
+    for dist in sorted(md.distributions(), key=lambda d: d.metadata["Name"]):
+        mod = importlib.import_module(dist.metadata["Name"].replace("-", "_"))
+        tokens |= set(getattr(mod, "TOKENS", ()))
+        if getattr(mod, "BROKEN", False):
+            print(f"{dist.metadata['Name']} {dist.version} is broken")
+            sys.exit(1)
+    broken = {"x", "y"} <= tokens
+    counter = os.environ.get("FLAKY_COUNTER")
+    if counter:  # every third run anywhere in the bisect flips its verdict
+        n = int(open(counter).read() or 0) + 1 if os.path.exists(counter) else 1
+        open(counter, "w").write(str(n))
+        if n % 3 == 0:
+            broken = not broken
+            print("flake!")
+    print("x and y together break" if broken else f"ok ({len(tokens)} tokens)")
+    sys.exit(1 if broken else 0)
+""")
+
+# name -> {version: (body, requires)}
+PACKAGES = {
+    **{f"p{i:02d}": {"1.0": ("", ()), "1.1": ("BROKEN = True" if i == 13 else "", ())}
+       for i in range(22)},
+    "gone": {"1.0": ("", ())},
+    "fresh": {"1.0": ("", ())},
+    "jax": {"0.1": ("", ()), "0.2": ("", ())},
+    "jaxlib": {"0.1": ("", ()), "0.2": ("", ())},
+    "libtpu": {"0.1": ("", ()), "0.2": ("BROKEN = True", ())},
+    **{f"q{i:02d}": {"1.0": ("", ()), "2.0": ("", ())} for i in range(6)},
+    "alpha": {"1": ("", ()), "2": ("TOKENS = {'x'}", ())},
+    "beta": {"1": ("", ()), "2": ("TOKENS = {'y'}", ())},
+    **{f"r{i:02d}": {"1": ("", ()), "2": ("", ())} for i in range(8)},
+    **{f"a{i:02d}": {"1": ("", ()), "2": ("", ())} for i in range(5)},
+    "m-core": {"1": ("", ()), "2": ("", ())},
+    "m-user": {"1": ("", ("m-core<2",)), "2": ("", ("m-core>=2",))},
+    **{f"z{i:02d}": {"1": ("", ()), "2": ("BROKEN = True" if i == 2 else "", ())}
+       for i in range(5)},
+}
+
+
+@pytest.fixture(scope="session")
+def index(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("index")
+    for name, versions in PACKAGES.items():
+        for version, (body, requires) in versions.items():
+            build_wheel(folder, name, version, body, requires)
+    (folder.parent / "check.py").write_text(CHECK)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("wheel-cache")
+
+
+LOG = None  # a callable to see progress while debugging
+
+
+def run_bisect(tmp_path, index, cache, good, bad, *extra, command=None):
+    good_lock = write_lock(tmp_path / "good.txt", good, index)
+    bad_lock = write_lock(tmp_path / "bad.txt", bad, index)
+    out = tmp_path / "out"
+    argv = ["--good", str(good_lock), "--bad", str(bad_lock), "--no-index",
+            "--find-links", str(index), "--cache", str(cache), "--out", str(out), *extra,
+            "--", *(command or ["python", str(index.parent / "check.py")])]
+    lines = []
+    rc = bisect.main(argv, log=LOG or lines.append)
+    report = json.loads((out / "report.json").read_text())
+    return rc, report, (out / "report.txt").read_text()
+
+
+def culprit_names(report):
+    return sorted(c["name"] for g in report["culprit"] for c in g["changes"])
+
+
+def bound(n):
+    return math.ceil(math.log2(n)) + 3
+
+
+def test_one_culprit_among_many(tmp_path, index, cache):
+    good = {**{f"p{i:02d}": "1.0" for i in range(22)}, "gone": "1.0"}
+    bad = {**{f"p{i:02d}": "1.1" for i in range(22)}, "fresh": "1.0"}
+    rc, report, text = run_bisect(tmp_path, index, cache, good, bad)
+    assert rc == 0, text
+    assert culprit_names(report) == ["p13"]
+    assert report["alone"] == "bad" and not report["interaction"]
+    n = len(report["groups"])
+    assert n == 24
+    assert report["env_builds"] <= bound(n), text
+    assert "p13 1.0 -> 1.1" in text and "p13 1.1 is broken" in text  # culprit + bad env's tail
+    assert {b["kind"] for b in report["builds"]} == {"cold", "warm"}
+    assert len((tmp_path / "out" / "steps.jsonl").read_text().splitlines()) == report["env_builds"]
+
+
+def test_culprit_inside_a_coupled_group(tmp_path, index, cache):
+    good = {"jax": "0.1", "jaxlib": "0.1", "libtpu": "0.1", **{f"q{i:02d}": "1.0" for i in range(6)}}
+    bad = {"jax": "0.2", "jaxlib": "0.2", "libtpu": "0.2", **{f"q{i:02d}": "2.0" for i in range(6)}}
+    rc, report, text = run_bisect(tmp_path, index, cache, good, bad, "--group", "q01,q02")
+    assert rc == 0, text
+    assert [g["name"] for g in report["culprit"]] == ["jax"]
+    assert culprit_names(report) == ["jax", "jaxlib", "libtpu"]
+    assert len(report["groups"]) == 6  # jax+jaxlib+libtpu, q01+q02, and four more
+    assert report["env_builds"] <= bound(6)
+
+
+def test_two_changes_that_break_only_together(tmp_path, index, cache):
+    good = {"alpha": "1", "beta": "1", **{f"r{i:02d}": "1" for i in range(8)}}
+    bad = {"alpha": "2", "beta": "2", **{f"r{i:02d}": "2" for i in range(8)}}
+    rc, report, text = run_bisect(tmp_path, index, cache, good, bad)
+    assert rc == 0, text
+    assert report["interaction"] and report["culprit_confirmed"]
+    assert culprit_names(report) == ["alpha", "beta"]
+    assert "only together" in text
+
+
+def test_intermediate_env_violating_a_dependency_is_skipped(tmp_path, index, cache):
+    good = {**{f"a{i:02d}": "1" for i in range(5)}, "m-core": "1", "m-user": "1",
+            **{f"z{i:02d}": "1" for i in range(5)}}
+    bad = {k: "2" for k in good}
+    rc, report, text = run_bisect(tmp_path, index, cache, good, bad)
+    assert rc == 0, text
+    assert culprit_names(report) == ["z02"]
+    skipped = [s for s in report["steps"] if s["verdict"] == "skip"]
+    assert skipped and all("pip check failed" in s["reason"] for s in skipped)
+    assert "m-user 1 has requirement m-core<2" in skipped[0]["reason"]
+    assert "skipped" in text and "pip check failed" in text
+
+
+def test_flaky_command_with_retries(tmp_path, index, cache, monkeypatch):
+    monkeypatch.setenv("FLAKY_COUNTER", str(tmp_path / "counter"))
+    good = {f"p{i:02d}": "1.0" for i in range(10, 18)}
+    bad = {f"p{i:02d}": "1.1" for i in range(10, 18)}
+    rc, report, text = run_bisect(tmp_path, index, cache, good, bad, "--retries", "2")
+    assert rc == 0, text
+    assert culprit_names(report) == ["p13"]
+    assert any(s["reason"].startswith("flaky") for s in report["steps"])
+
+
+def test_endpoints_that_do_not_reproduce(tmp_path, index, cache):
+    good = {"q00": "1.0", "q01": "1.0"}
+    bad = {"q00": "2.0", "q01": "2.0"}
+    rc, report, text = run_bisect(tmp_path, index, cache, good, bad)
+    assert rc == 1
+    assert report["status"].startswith("endpoints do not reproduce: COMMAND does not fail on BAD")
+    assert report["env_builds"] == 2 and report["culprit"] is None
+    (tmp_path / "x").mkdir()
+    rc, report, text = run_bisect(tmp_path / "x", index, cache, good, bad,
+                                  command=["python", "-c", "raise SystemExit(3)"])
+    assert rc == 1 and "does not pass on GOOD" in report["status"]
+    assert report["env_builds"] == 1
+
+
+# Pure parts: no environments.
+
+def change(name, old, new):
+    return diff.Change(name, Pin(name, old) if old else None, Pin(name, new) if new else None)
+
+
+def test_groups_couple_jax_nvidia_and_user_groups():
+    changes = [change(n, "1", "2") for n in (
+        "jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "libtpu", "nvidia-cublas-cu12",
+        "nvidia-nccl-cu12", "numpy", "scipy", "optax")]
+    groups = bisect.make_groups(changes, [["numpy", "SciPy", "not-changed"]], log=lambda m: None)
+    by_name = {g.name: sorted(g.names) for g in groups}
+    assert by_name == {
+        "jax": ["jax", "jax-cuda12-pjrt", "jax-cuda12-plugin", "jaxlib", "libtpu"],
+        "nvidia-*-cu12": ["nvidia-cublas-cu12", "nvidia-nccl-cu12"],
+        "numpy+scipy": ["numpy", "scipy"], "optax": ["optax"]}
+
+
+def test_order_puts_dependencies_first_and_removals_after_their_users():
+    changes = [change("app", "1", "2"), change("lib", "1", "2"), change("old", "1", None),
+               change("zdep", None, "1")]
+    needs = {("app", "2"): {"zdep", "lib"}, ("app", "1"): {"old"}}
+    groups = bisect.make_groups(changes)
+    ordered = bisect.order_groups(groups, lambda pin: needs.get((pin.name, pin.version), set()))
+    assert [g.name for g in ordered] == ["lib", "zdep", "app", "old"]
+
+
+@pytest.mark.parametrize("bad_from", [1, 5, 17, 31, 32])
+def test_search_takes_log2_steps(bad_from):
+    states = list(range(33))
+    asked = []
+
+    def verdict(state):
+        asked.append(state)
+        return "bad" if state >= bad_from else "good"
+
+    lo, hi, skipped = bisect.search(states, verdict)
+    assert (lo, hi, skipped) == (bad_from - 1, bad_from, [])
+    assert len(asked) <= math.ceil(math.log2(32))
+
+
+def test_search_works_around_skips():
+    lo, hi, skipped = bisect.search(list(range(9)),
+                                    lambda s: "skip" if s in (4, 5) else "bad" if s >= 5 else "good")
+    assert (lo, hi, skipped) == (3, 6, [4, 5])  # 5 is bad but skipped: 4..5 unresolved
+
+
+def test_majority():
+    assert bisect.majority(["good"], 1) == "good"
+    assert bisect.majority(["good", "bad"], 3) is None
+    assert bisect.majority(["good", "bad", "bad"], 3) == "bad"
+    assert bisect.majority(["good", "bad"], 2) is None
+
+
+def test_usage_errors_exit_2(capsys):
+    assert bisect.main(["--good", "1.3.0", "--bad", "1.4.0"]) == 2
+    assert "COMMAND" in capsys.readouterr().err
+    assert bisect.main(["--good", "9.9.9", "--bad", "1.4.0", "--", "true"]) == 2
+    assert "unknown release '9.9.9'" in capsys.readouterr().err
