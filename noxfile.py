@@ -149,3 +149,24 @@ def smoke(session: nox.Session) -> None:
 def publish(session: nox.Session) -> None:
     """Push, move latest-PLATFORM, pull back by digest: `publish -- RELEASE PLATFORM --registry H:P`."""
     _images(session, "publish", "RELEASE tpu|gpu --registry HOST:PORT")
+
+
+# Lockfile diff and dependency bisect. The logic lives in pax.dist.diff and pax.dist.bisect.
+@nox.session(venv_backend="none")
+def diff(session: nox.Session) -> None:
+    """Diff two locks: `diff -- A B [--platform cpu] [--json]` (release, path or GITREV:path)."""
+    from pax.dist import diff as dist_diff  # noqa: PLC0415  (stdlib only)
+
+    code = dist_diff.main(list(session.posargs))
+    if code:
+        session.error(f"diff: exit {code}")
+
+
+@nox.session(venv_backend="none")
+def bisect(session: nox.Session) -> None:
+    """Find the package change that breaks a command: `bisect -- --good A --bad B -- COMMAND...`."""
+    from pax.dist import bisect as dist_bisect  # noqa: PLC0415  (stdlib only)
+
+    code = dist_bisect.main(list(session.posargs))
+    if code:
+        session.error(f"bisect: exit {code}")
