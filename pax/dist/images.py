@@ -316,11 +316,15 @@ def build(release: str, platform: str, base_image: str = DEFAULT_BASE_IMAGE,
     hint = ('build it with ci/base-image.sh' if base_image == DEFAULT_BASE_IMAGE
             else f'docker pull {base_image}')
     raise ImageError(f'base image {base_image} is not present locally; {hint}')
+  default_wheelhouse = wheelhouse is None
   wheelhouse = Path(wheelhouse) if wheelhouse else wheelhouse_dir(release, platform)
-  if not wheelhouse.is_dir() or not any(wheelhouse.glob('*.whl')):
-    prepare_wheelhouse(release, platform, wheelhouse, log=log)
-  elif check_hashes:
-    check_wheelhouse(lock, wheelhouse)
+  if check_hashes:
+    try:
+      check_wheelhouse(lock, wheelhouse)  # offline when the wheelhouse is complete
+    except ImageError as e:
+      if not (default_wheelhouse and 'lacks wheels' in str(e)):
+        raise
+      prepare_wheelhouse(release, platform, wheelhouse, log=log)  # fetch what is missing
   tag = tag or image_ref(release, platform)
   lock_sha = sha256_file(lock)
   tmp_tag = f'{IMAGE_REPO}-build:{release}-{platform}-{uuid.uuid4().hex[:12]}'
