@@ -49,11 +49,11 @@ PACKAGES = {
     "alpha": {"1": ("", ()), "2": ("TOKENS = {'x'}", ())},
     "beta": {"1": ("", ()), "2": ("TOKENS = {'y'}", ())},
     **{f"r{i:02d}": {"1": ("", ()), "2": ("", ())} for i in range(8)},
-    **{f"a{i:02d}": {"1": ("", ()), "2": ("", ())} for i in range(5)},
+    **{f"a{i:02d}": {"1": ("", ()), "2": ("", ())} for i in range(3)},
     "m-core": {"1": ("", ()), "2": ("", ())},
     "m-user": {"1": ("", ("m-core<2",)), "2": ("", ("m-core>=2",))},
     **{f"z{i:02d}": {"1": ("", ()), "2": ("BROKEN = True" if i == 2 else "", ())}
-       for i in range(5)},
+       for i in range(4)},
 }
 
 
@@ -133,8 +133,10 @@ def test_two_changes_that_break_only_together(tmp_path, index, cache):
 
 
 def test_intermediate_env_violating_a_dependency_is_skipped(tmp_path, index, cache):
-    good = {**{f"a{i:02d}": "1" for i in range(5)}, "m-core": "1", "m-user": "1",
-            **{f"z{i:02d}": "1" for i in range(5)}}
+    # Order: a00 a01 a02 m-core m-user z00..z03; the first probe, GOOD + a00..m-core, pairs
+    # m-core 2 with m-user 1 (which needs m-core<2): pip check fails there.
+    good = {**{f"a{i:02d}": "1" for i in range(3)}, "m-core": "1", "m-user": "1",
+            **{f"z{i:02d}": "1" for i in range(4)}}
     bad = {k: "2" for k in good}
     rc, report, text = run_bisect(tmp_path, index, cache, good, bad)
     assert rc == 0, text
@@ -143,12 +145,13 @@ def test_intermediate_env_violating_a_dependency_is_skipped(tmp_path, index, cac
     assert skipped and all("pip check failed" in s["reason"] for s in skipped)
     assert "m-user 1 has requirement m-core<2" in skipped[0]["reason"]
     assert "skipped" in text and "pip check failed" in text
+    assert report["env_builds"] <= bound(9) + len(skipped)
 
 
 def test_flaky_command_with_retries(tmp_path, index, cache, monkeypatch):
     monkeypatch.setenv("FLAKY_COUNTER", str(tmp_path / "counter"))
-    good = {f"p{i:02d}": "1.0" for i in range(10, 18)}
-    bad = {f"p{i:02d}": "1.1" for i in range(10, 18)}
+    good = {f"p{i:02d}": "1.0" for i in range(11, 16)}
+    bad = {f"p{i:02d}": "1.1" for i in range(11, 16)}
     rc, report, text = run_bisect(tmp_path, index, cache, good, bad, "--retries", "2")
     assert rc == 0, text
     assert culprit_names(report) == ["p13"]
