@@ -231,3 +231,18 @@ def test_usage_errors_exit_2(capsys):
     assert "COMMAND" in capsys.readouterr().err
     assert bisect.main(["--good", "9.9.9", "--bad", "1.4.0", "--", "true"]) == 2
     assert "unknown release '9.9.9'" in capsys.readouterr().err
+
+
+def test_imports_without_jax_numpy_or_packaging():
+    """nox runs these from the tools venv; packaging is optional (diff has its own order)."""
+    import subprocess
+    import sys
+
+    from pax.dist import release
+    code = ("import sys; sys.modules['jax'] = sys.modules['numpy'] = None\n"
+            "sys.modules['packaging'] = sys.modules['packaging.version'] = None\n"
+            "import pax.dist.diff, pax.dist.bisect, pax.dist.wheelcache\n"
+            "assert pax.dist.diff.compare_versions('0.9', '0.10') == -1\n")
+    root = str(release.REPO_ROOT)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root,
+                   env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"})
