@@ -227,8 +227,12 @@ def build_pax_wheel(dest: Path) -> Path:
         shutil.copy2(REPO_ROOT / rel, src / rel)
       if not (src / 'README.md').exists():
         (src / 'README.md').write_text('Pax\n')
+    # Same sources, same wheel bytes (zip timestamps from SOURCE_DATE_EPOCH), so an unchanged
+    # trainer keeps the image's pax layer cached.
+    env = {**clean_pip_env(), 'SOURCE_DATE_EPOCH': (_git(['log', '-1', '--format=%ct'], check=False)
+                                                    or '315532800').strip()}
     r = subprocess.run([pip_python(), '-m', 'pip', 'wheel', '--no-deps', '-q', '-w', str(dest),
-                        str(src)], env=clean_pip_env(), capture_output=True, text=True)
+                        str(src)], env=env, capture_output=True, text=True)
     if r.returncode != 0:
       last = [l for l in (r.stdout + r.stderr).splitlines() if l.strip()][-1:] or ['']
       raise ImageError(f'building the pax wheel failed: {last[0].strip()}')
@@ -333,7 +337,7 @@ def build(release: str, platform: str, base_image: str = DEFAULT_BASE_IMAGE,
     ctx = Path(tmp)
     pax_wheel = build_pax_wheel(ctx / 'paxwheel')
     stage_context(release, platform, wheelhouse, pax_wheel, ctx / 'context')
-    cmd = ['build', '--network', 'none', '--pull=false', '-f',
+    cmd = ['build', '--network', 'none', '--pull=false', '--force-rm', '-f',
            str(ctx / 'context' / f'Dockerfile.{platform}'), '-t', tmp_tag,
            '--build-arg', f'RELEASE={release}', '--build-arg', f'BASE_IMAGE={base_image}',
            '--build-arg', f'LOCK_SHA256={lock_sha}', '--build-arg', f'REVISION={revision()}',
@@ -357,9 +361,10 @@ def build(release: str, platform: str, base_image: str = DEFAULT_BASE_IMAGE,
       raise ImageError(f'docker build of {tag} failed: {tail}; no image tagged; log {saved}')
   docker('tag', tmp_tag, tag)
   docker('rmi', tmp_tag, check=False)
+  saved = _save_log(r.stdout + r.stderr, release, platform)
   size = docker('image', 'inspect', '-f', '{{.Size}}', tag).stdout.strip()
   print(f'pax images: built {tag} in {time.monotonic() - t0:.0f}s, '
-        f'{int(size) / 1e6:.0f} MB', file=log)
+        f'{int(size) / 1e6:.0f} MB (log {saved})', file=log)
   return tag
 
 
