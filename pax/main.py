@@ -52,7 +52,7 @@ def main(argv):
   registered = registry.get(_EXP.value)
   name = registry.name_of(registered)
   experiment_cls = overrides.apply(registered, _SET.value)
-  from pax.train import loop  # pylint: disable=g-import-not-at-top  (imports jax)
+  from pax.train import loop  # pylint: disable=g-import-not-at-top
   run = loop.prepare(experiment_cls())
   if _MODE.value == 'eval':
     loop.evaluate(run, _JOB_LOG_DIR.value, name)
@@ -71,11 +71,22 @@ class _OnlyPaxInfo(std_logging.Filter):
 
 
 def _main_with_usage_errors(argv):
+  """Exit status: 0 done, 1 the run failed (NaN/Inf loss, a checkpoint write failed),
+  2 bad input, 75 preempted by SIGTERM/SIGINT after saving (rerun to resume)."""
   logging.get_absl_handler().addFilter(_OnlyPaxInfo())
+  from pax.train import preemption  # pylint: disable=g-import-not-at-top
+  from pax.train.loop import NonFiniteError  # pylint: disable=g-import-not-at-top
+  from pax.checkpoint.manager import CheckpointError  # pylint: disable=g-import-not-at-top
   try:
     return main(argv)
   except UsageError as e:
     _usage_exit(str(e))
+  except preemption.Preempted as e:
+    logging.warning('preempted: %s', e)
+    sys.exit(preemption.EXIT_PREEMPTED)
+  except (NonFiniteError, CheckpointError) as e:
+    print(f'pax: error: {e}', file=sys.stderr)
+    sys.exit(1)
 
 
 def run():

@@ -59,6 +59,7 @@ class BaseExperiment:
   CHECKPOINT_EVERY_N_STEPS = 1000
   CHECKPOINT_MAX_TO_KEEP = 3
   ASYNC_CHECKPOINTING = True
+  NAN_POLICY = 'stop'  # or 'skip': drop non-finite updates and count them
 
   # Data.
   DATA_SOURCE = 'synthetic'
@@ -110,6 +111,7 @@ class BaseExperiment:
         checkpoint_every_n_steps=self.CHECKPOINT_EVERY_N_STEPS,
         checkpoint_max_to_keep=self.CHECKPOINT_MAX_TO_KEEP,
         async_checkpointing=self.ASYNC_CHECKPOINTING,
+        nan_policy=self.NAN_POLICY,
     )
     mesh = config.MeshConfig(
         ici_mesh_shape=_tuple_or_none(self.ICI_MESH_SHAPE),

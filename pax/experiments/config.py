@@ -70,6 +70,7 @@ class TrainConfig:
   checkpoint_every_n_steps: int = 1000
   checkpoint_max_to_keep: int = 3
   async_checkpointing: bool = True
+  nan_policy: str = 'stop'  # 'stop': end the run at a non-finite step | 'skip': skip its update
 
 
 @dataclasses.dataclass(frozen=True)

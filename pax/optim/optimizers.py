@@ -6,6 +6,9 @@ from pax.experiments.config import OptimizerConfig
 from pax.optim import schedules
 
 OPTIMIZERS = ('adam', 'adamw', 'adafactor')
+# apply_if_finite gives up after this many non-finite steps in a row; the loop's NAN_POLICY
+# decides long before that whether to stop.
+_MAX_CONSECUTIVE_NONFINITE = 1_000_000
 
 
 def _matrices_only(params):
@@ -13,7 +16,11 @@ def _matrices_only(params):
 
 
 def build(config: OptimizerConfig) -> tuple[optax.GradientTransformation, optax.Schedule]:
-  """The transformation and its learning-rate schedule (for logging)."""
+  """The transformation and its learning-rate schedule (for logging).
+
+  Updates with non-finite gradients are skipped (optax.apply_if_finite), so NaNs never reach
+  the parameters; the state's total_notfinite counts them.
+  """
   lr = schedules.build(config.learning_rate, config.schedule)
   clip = ([optax.clip_by_global_norm(config.clip_gradient_norm_to_value)]
           if config.clip_gradient_norm_to_value > 0 else [])
@@ -32,4 +39,4 @@ def build(config: OptimizerConfig) -> tuple[optax.GradientTransformation, optax.
     tx = optax.chain(*clip, optax.adafactor(lr, weight_decay_rate=config.weight_decay or None))
   else:
     raise ValueError(f'unknown optimizer {config.kind!r}; known: {", ".join(OPTIMIZERS)}')
-  return tx, lr
+  return optax.apply_if_finite(tx, _MAX_CONSECUTIVE_NONFINITE), lr

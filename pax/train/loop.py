@@ -16,7 +16,7 @@ from pax.models.transformer import TransformerLm
 from pax.optim import optimizers
 from pax.parallel import sharding
 from pax.parallel.mesh import build_mesh
-from pax.train import manifest, mfu, state as state_lib, summaries as summaries_lib
+from pax.train import manifest, mfu, preemption, state as state_lib, summaries as summaries_lib
 from pax.train.step import make_eval_step, make_train_step
 
 
@@ -52,6 +52,8 @@ def prepare(experiment, devices=None) -> Run:
   if global_batch % batch_shards or global_batch % jax.process_count():
     raise UsageError(f'global batch {global_batch} does not split over {batch_shards} batch '
                      f'shards and {jax.process_count()} processes; change PERCORE_BATCH_SIZE')
+  if task.train.nan_policy not in ('stop', 'skip'):
+    raise UsageError(f'NAN_POLICY={task.train.nan_policy!r}; use stop or skip')
   train_cfg = next(d for d in datasets if d.is_training)
   vocab = task.model.vocab_size
   return Run(task=task, datasets=datasets, mesh=mesh, model=model, tx=tx,
@@ -107,84 +109,129 @@ def _setup(run: Run, job_dir: str, experiment_name: str):
   return peak, summaries_lib.Summaries(job_dir, enabled=is_writer)
 
 
+class NonFiniteError(Exception):
+  """NAN_POLICY=stop: a step's loss or gradients were NaN/Inf."""
+
+
+def _check_finite(flags: list, policy: str, checkpointer: Checkpointer) -> None:
+  """Reads back the steps' finiteness flags; stops or warns by policy."""
+  bad = [step for step, finite in jax.device_get(flags) if not finite]
+  if not bad:
+    return
+  if policy == 'skip':
+    logging.warning('non-finite loss or gradients at step(s) %s: updates skipped', bad)
+    return
+  latest = checkpointer.latest_step()
+  kept = f'checkpoint_{latest:08d} is the last good one' if latest is not None else \
+      'no checkpoint was written'
+  raise NonFiniteError(f'loss or gradients became NaN/Inf at step {bad[0]} (update not applied); '
+                       f'{kept}; lower LEARNING_RATE, or --set NAN_POLICY=skip to skip such steps')
+
+
+class _StepTimer:
+  """Step time over the steps since the last reading; the first step (compilation) excluded."""
+
+  def __init__(self):
+    self.start, self.steps = None, 0
+
+  def step_done(self, metrics) -> None:
+    if self.start is None:
+      jax.block_until_ready(metrics)
+      self.start = time.perf_counter()
+    else:
+      self.steps += 1
+
+  def read(self):
+    """Seconds per step since the last read (None before any measured step); restarts."""
+    now = time.perf_counter()
+    seconds = (now - self.start) / self.steps if self.steps else None
+    self.start, self.steps = now, 0
+    return seconds
+
+  def restart(self) -> None:
+    if self.start is not None:
+      self.start, self.steps = time.perf_counter(), 0
+
+
 def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool = True) -> dict:
-  """Train to NUM_TRAIN_STEPS, resuming from the newest checkpoint in job_dir; returns the
-  last train metrics."""
+  """Train to NUM_TRAIN_STEPS, resuming from the newest good checkpoint in job_dir.
+
+  Returns the last train metrics. Raises Preempted after saving on SIGTERM/SIGINT,
+  NonFiniteError (NAN_POLICY=stop) and CheckpointError (a save failed).
+  """
   peak, summaries = _setup(run, job_dir, experiment_name)
-  train_cfg = run.task.train
-  checkpointer = Checkpointer(job_dir, train_cfg.checkpoint_max_to_keep,
-                              train_cfg.async_checkpointing, saving=checkpoint_saving)
+  cfg = run.task.train
+  checkpointer = Checkpointer(job_dir, cfg.checkpoint_max_to_keep, cfg.async_checkpointing,
+                              saving=checkpoint_saving)
   abstract, shardings = state_lib.shardings(run.model, run.tx, run.mesh)
   logging.info('%s: %.2fM parameters, mesh %s, global batch %d, peak %.3g FLOP/s (%s)',
                experiment_name, state_lib.num_params(abstract) / 1e6, dict(run.mesh.shape),
                run.global_batch, peak['flops'], peak['source'])
-  latest = checkpointer.latest_step()
-  if latest is not None:
-    logging.info('resuming from %s/checkpoint_%08d', checkpointer.directory, latest)
-    state = checkpointer.restore(latest, abstract)
+  restored, state = checkpointer.restore_latest(abstract)
+  if state is None:
+    state = state_lib.initialize(run.model, run.tx, shardings, cfg.seed)
   else:
-    state = state_lib.initialize(run.model, run.tx, shardings, train_cfg.seed)
+    logging.info('resumed from %s/checkpoint_%08d', checkpointer.directory, restored)
   step = int(jax.device_get(state['step']))
 
-  replicated = sharding.replicated(run.mesh)
-  batch_spec = sharding.batch_sharding(run.mesh)
   train_step = jax.jit(make_train_step(run.model, run.tx, run.lr_schedule),
-                       in_shardings=(shardings, batch_spec), out_shardings=(shardings, replicated),
+                       in_shardings=(shardings, sharding.batch_sharding(run.mesh)),
+                       out_shardings=(shardings, sharding.replicated(run.mesh)),
                        donate_argnums=0)
   eval_step = _jit_eval_step(run, shardings)
   tokens_per_step = run.global_batch * run.task.model.max_seq_len
   flops_per_step = mfu.flops_per_token(run.task.model, run.task.model.max_seq_len) * tokens_per_step
 
-  last = {}
-  interval_start, interval_steps = None, 0
-  total = train_cfg.num_train_steps
-  while step < total:
-    batch = _device_batch(run.train_data, step, run)
-    state, metrics = train_step(state, batch)
-    step += 1
-    interval_steps += 1
-    if interval_start is None:  # the first step compiles: time from its end
-      jax.block_until_ready(metrics)
-      logging.info('first step (with compilation) done at step %d', step)
-      interval_start, interval_steps = time.perf_counter(), 0
-    if step % train_cfg.checkpoint_every_n_steps == 0 or step == total:
-      checkpointer.save(step, state)
-    if step % train_cfg.summary_every_n_steps == 0 or step == total:
-      values = {k: float(v) for k, v in jax.device_get(metrics).items()}
-      now = time.perf_counter()
-      # Timing covers the steps since the last summary, compilation excluded; the very first
-      # step has nothing measured, so its timing fields are null.
-      step_time = (now - interval_start) / interval_steps if interval_steps else None
-      values.update(step_time_s=step_time,
-                    tokens_per_s=step_time and tokens_per_step / step_time,
-                    mfu=step_time and flops_per_step / step_time / peak['flops'])
-      interval_start, interval_steps = now, 0
-      summaries.write('train', step, values)
-      if jax.process_index() == 0:
-        summaries_lib.log_train(step, total, values)
-      last = values
-    if step % train_cfg.eval_every_n_steps == 0 or step == total:
-      for split, values in _evaluate(run, eval_step, state['params']).items():
-        summaries.write(split, step, values)
-        summaries_lib.log_eval(step, split, values)
-      summaries.flush()
-      interval_start = time.perf_counter() if interval_start is not None else None
-      interval_steps = 0
-  checkpointer.close()
-  summaries.close()
+  last, unchecked, timer = {}, [], _StepTimer()
+  total = cfg.num_train_steps
+  try:
+    with preemption.SignalCatcher() as signals:
+      while step < total:
+        state, metrics = train_step(state, _device_batch(run.train_data, step, run))
+        step += 1
+        timer.step_done(metrics)
+        unchecked.append((step, metrics['finite']))
+        at_checkpoint = step % cfg.checkpoint_every_n_steps == 0 or step == total
+        at_summary = step % cfg.summary_every_n_steps == 0 or step == total
+        if at_checkpoint or at_summary or signals.requested:
+          _check_finite(unchecked, cfg.nan_policy, checkpointer)
+          unchecked = []
+        if at_checkpoint or signals.requested:
+          checkpointer.save(step, state)
+        if at_summary:
+          values = {k: float(v) for k, v in jax.device_get(metrics).items() if k != 'finite'}
+          step_time = timer.read()
+          values.update(step_time_s=step_time,
+                        tokens_per_s=step_time and tokens_per_step / step_time,
+                        mfu=step_time and flops_per_step / step_time / peak['flops'])
+          summaries.write('train', step, values)
+          if jax.process_index() == 0:
+            summaries_lib.log_train(step, total, values)
+          last = values
+        if step % cfg.eval_every_n_steps == 0 or step == total:
+          for split, values in _evaluate(run, eval_step, state['params']).items():
+            summaries.write(split, step, values)
+            summaries_lib.log_eval(step, split, values)
+          summaries.flush()
+          timer.restart()
+        if signals.requested:
+          raise preemption.Preempted(step, signals.requested)
+  finally:
+    summaries.close()
+    checkpointer.close()
   return last
 
 
 def evaluate(run: Run, job_dir: str, experiment_name: str) -> dict:
   """Evaluate the newest checkpoint in job_dir on every eval split."""
   checkpointer = Checkpointer(job_dir, max_to_keep=1, saving=False)
-  latest = checkpointer.latest_step() if os.path.isdir(checkpointer.directory) else None
-  if latest is None:
+  abstract, shardings = state_lib.shardings(run.model, run.tx, run.mesh)
+  latest, state = (checkpointer.restore_latest(abstract)
+                   if os.path.isdir(checkpointer.directory) else (None, None))
+  if state is None:
     raise UsageError(f'no complete checkpoint in {checkpointer.directory}; train first '
                      '(--mode=train)')
   _, summaries = _setup(run, job_dir, experiment_name)
-  abstract, shardings = state_lib.shardings(run.model, run.tx, run.mesh)
-  state = checkpointer.restore(latest, abstract)
   results = _evaluate(run, _jit_eval_step(run, shardings), state['params'])
   for split, values in results.items():
     summaries.write(split, latest, values)

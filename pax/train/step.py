@@ -1,5 +1,6 @@
 """Pure step functions: train_step(state, batch) -> (state, metrics) and eval_step."""
 import jax
+import jax.numpy as jnp
 import optax
 
 from pax.models.transformer import lm_loss
@@ -16,8 +17,11 @@ def make_train_step(model, tx, lr_schedule):
     new_state = {'step': state['step'] + 1,
                  'params': optax.apply_updates(state['params'], updates),
                  'opt_state': opt_state}
-    metrics = {**metrics, 'grad_norm': optax.tree.norm(grads),
-               'learning_rate': lr_schedule(state['step'])}
+    grad_norm = optax.tree.norm(grads)
+    metrics = {**metrics, 'grad_norm': grad_norm,
+               'learning_rate': lr_schedule(state['step']),
+               'finite': jnp.isfinite(metrics['loss']) & jnp.isfinite(grad_norm),
+               'skipped_steps': opt_state.total_notfinite}  # from optax.apply_if_finite
     return new_state, metrics
   return train_step
 

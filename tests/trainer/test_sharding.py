@@ -67,7 +67,7 @@ def test_train_state_placement_on_a_2d_mesh():
   wi = shardings['params']['layers']['ffn']['wi']
   assert wi.spec == P(None, 'data', 'mdl')
   # Adam's moments are placed like their parameters; the step count is replicated.
-  adam = shardings['opt_state'][1]
+  adam = shardings['opt_state'].inner_state[1]  # apply_if_finite(chain(clip, adam, ...))
   assert adam.mu['layers']['ffn']['wi'].spec == P(None, 'data', 'mdl')
   assert shardings['step'].spec == P()
   state = state_lib.initialize(model, tx, shardings, seed=0)
