@@ -88,7 +88,12 @@ def make_nightly(root: Path) -> Release:
 
 
 def lock(release: Release, platforms: list[str] | None = None, root: Path | None = None,
-         log=print) -> dict[str, str]:
+         log=print, compile=compile_one) -> dict[str, str]:
+    """Compile the release's locks (in parallel), record their sha256, check the headline pins.
+
+    `compile(release, platform, root) -> (sha256, seconds, state)` writes one lockfile; tests
+    pass a fake one (pax.dist.cut's tests) so no index is needed.
+    """
     root = root or REPO_ROOT
     platforms = list(platforms or PLATFORMS)
     if release.pins:
@@ -97,7 +102,7 @@ def lock(release: Release, platforms: list[str] | None = None, root: Path | None
         + (f" (index as of {release.resolved_before})" if release.resolved_before else ""))
     shas = {}
     with concurrent.futures.ThreadPoolExecutor(len(platforms)) as pool:
-        futures = {p: pool.submit(compile_one, release, p, root) for p in platforms}
+        futures = {p: pool.submit(compile, release, p, root) for p in platforms}
         for platform, future in futures.items():
             sha, took, state = future.result()
             shas[platform] = sha

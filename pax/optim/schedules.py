@@ -3,6 +3,8 @@ import optax
 
 from pax.experiments.config import ScheduleConfig
 
+SCHEDULES = ('constant', 'linear_rampup_exponential_decay', 'linear_rampup_cosine_decay')
+
 
 def _rampup_then(peak: float, config: ScheduleConfig, decay: optax.Schedule) -> optax.Schedule:
   """Linear 0 → peak over warmup, peak until decay_start, then `decay` (counted from 0)."""

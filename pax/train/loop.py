@@ -12,8 +12,8 @@ from pax import data
 from pax.checkpoint.manager import Checkpointer
 from pax.errors import UsageError
 from pax.experiments import config as config_lib
-from pax.models.transformer import TransformerLm
-from pax.optim import optimizers
+from pax.models.transformer import ACTIVATIONS, REMAT_POLICIES, TransformerLm
+from pax.optim import optimizers, schedules
 from pax.parallel import sharding
 from pax.parallel.mesh import build_mesh
 from pax.train import manifest, mfu, preemption, state as state_lib, summaries as summaries_lib
@@ -40,6 +40,7 @@ def prepare(experiment, devices=None) -> Run:
   devices: the devices to build the mesh from (default: all of them).
   """
   task, datasets = experiment.task(), experiment.datasets()
+  _validate_names(task)
   if task.mesh.num_stages > 1:
     raise UsageError(f'NUM_STAGES={task.mesh.num_stages}: pipeline parallelism is not in this '
                      'build yet; --set NUM_STAGES=1 with a mesh without a stage axis')
@@ -52,14 +53,33 @@ def prepare(experiment, devices=None) -> Run:
   if global_batch % batch_shards or global_batch % jax.process_count():
     raise UsageError(f'global batch {global_batch} does not split over {batch_shards} batch '
                      f'shards and {jax.process_count()} processes; change PERCORE_BATCH_SIZE')
-  if task.train.nan_policy not in ('stop', 'skip'):
-    raise UsageError(f'NAN_POLICY={task.train.nan_policy!r}; use stop or skip')
   train_cfg = next(d for d in datasets if d.is_training)
   vocab = task.model.vocab_size
   return Run(task=task, datasets=datasets, mesh=mesh, model=model, tx=tx,
              lr_schedule=lr_schedule, train_data=data.build(train_cfg, vocab),
              eval_data={d.name: data.build(d, vocab) for d in datasets if not d.is_training},
              global_batch=global_batch)
+
+
+def _validate_names(task: config_lib.TaskConfig) -> None:
+  """Names that pick code paths, checked up front so a typo is a usage error, not a trace."""
+  m = task.model
+  choices = {
+      'ACTIVATION': (m.activation, ACTIVATIONS),
+      'REMAT_POLICY': (m.remat_policy, REMAT_POLICIES),
+      'POSITION_EMBEDDING': (m.position_embedding, ('rotary', 'learned')),
+      'FPROP_DTYPE': (m.activation_dtype, ('float32', 'bfloat16', 'float16')),
+      'OPTIMIZER': (task.optimizer.kind, optimizers.OPTIMIZERS),
+      'LR_SCHEDULE': (task.optimizer.schedule.kind, schedules.SCHEDULES),
+      'NAN_POLICY': (task.train.nan_policy, ('stop', 'skip')),
+  }
+  for key, (value, allowed) in choices.items():
+    if value not in allowed:
+      raise UsageError(f'{key}={value!r} is not one of {", ".join(allowed)}; '
+                       f'e.g. --set {key}={next(iter(allowed))}')
+  if m.num_heads % m.num_kv_heads:
+    raise UsageError(f'NUM_HEADS={m.num_heads} is not a multiple of NUM_KV_HEADS='
+                     f'{m.num_kv_heads}')
 
 
 def _device_batch(dataset, index: int, run: Run):

@@ -24,6 +24,9 @@ def _main(*args, devices=1):
      'needs 4 devices but 1 cpu device(s) are available'),
     (['--exp=C4Spmd1BAdam4Replicas', '--set=ICI_MESH_SHAPE=[1,1,1]'], 'DATA_SOURCE=c4'),
     (['--exp=LmCloudSpmdTiny', '--mode=bake'], 'value should be one of'),
+    (['--exp=LmCloudSpmdTiny', '--set=ACTIVATION=relu2'], "ACTIVATION='relu2' is not one of"),
+    (['--exp=LmCloudSpmdTiny', '--set=NUM_KV_HEADS=3'], 'not a multiple of NUM_KV_HEADS=3'),
+    (['--exp=LmCloudSpmdTiny', '--set=SEQ_LEN=1000000'], 'fewer than SEQ_LEN+1'),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
   job_dir = tmp_path / 'job'
