@@ -170,3 +170,40 @@ def bisect(session: nox.Session) -> None:
     code = dist_bisect.main(list(session.posargs))
     if code:
         session.error(f"bisect: exit {code}")
+
+
+# Releases: cut one (pax.dist.cut) and regenerate the releases tables (pax.dist.readme).
+@nox.session(venv_backend="none")
+def release(session: nox.Session) -> None:
+    """Cut a release: `release -- X.Y.Z [--skip-tests] [--base-image IMAGE]` (locks, tests,
+    commit, branch rX.Y.Z, tag vX.Y.Z)."""
+    from pax.dist import cut as dist_cut  # noqa: PLC0415  (stdlib only)
+
+    args = dist_cut.parse_args(list(session.posargs))
+    try:
+        dist_cut.cut(args.version, ROOT, skip_tests=args.skip_tests, base_image=args.base_image,
+                     log=session.log)
+    except dist_cut.CutError as err:
+        session.error(str(err))
+    except RuntimeError as err:  # a failed pip-compile, a pin the lock does not honour
+        session.error(f"release: {err}")
+
+
+@nox.session(venv_backend="none")
+def readme(session: nox.Session) -> None:
+    """Regenerate the releases tables between the markers: `readme -- [--check] [FILE...]`."""
+    from pax.dist import readme as dist_readme  # noqa: PLC0415  (stdlib only)
+
+    args = list(session.posargs)
+    check = "--check" in args
+    files = [a for a in args if a != "--check"] or list(dist_readme.FILES)
+    try:
+        changed = dist_readme.refresh(ROOT, files, check=check)
+    except dist_readme.ReadmeError as err:
+        session.error(str(err))
+    for path in changed:
+        session.log(f"readme: {path.relative_to(ROOT)} {'is out of date' if check else 'rewritten'}")
+    if check and changed:
+        session.error("readme: releases tables out of date; run ./noxw -s readme")
+    if not changed:
+        session.log(f"readme: {', '.join(files)} up to date")
