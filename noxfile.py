@@ -7,6 +7,7 @@ against it before each use (pax.dist.venv). Sessions themselves get no nox venv
 
   ./noxw -s test  -- [RELEASE] [pytest args]        tests against a release (default: newest)
   ./noxw -s train -- [RELEASE] [PLATFORM] [flags]    tiny LM run; flags go to pax.main
+  ./noxw -s bench -- [RELEASE] [--json FILE]             trainer vs minimal loop, MFU, I/O
   ./noxw -s lock  -- RELEASE|nightly|tools [PLATFORM...]   recompile lockfiles
 """
 from __future__ import annotations
@@ -207,3 +208,13 @@ def readme(session: nox.Session) -> None:
         session.error("readme: releases tables out of date; run ./noxw -s readme")
     if not changed:
         session.log(f"readme: {', '.join(files)} up to date")
+
+
+@nox.session(venv_backend="none")
+def bench(session: nox.Session) -> None:
+    """Trainer vs a hand-written loop, peak, checkpoint I/O, input: `bench -- [RELEASE] [--json F]`."""
+    args = list(session.posargs)
+    release = _release(session, args)
+    env = _env(session, release, "cpu")
+    session.run(str(env.python), "-m", "benchmarks.bench", *args, env=env.session_env(),
+                external=True)

@@ -4,8 +4,6 @@ A batch is a pure function of (seed, index): batch `step` of a training split is
 every run, every host and after every resume, so resuming needs no iterator state. Each process
 builds only its own rows of the global batch.
 """
-from typing import Optional
-
 import numpy as np
 
 from pax.data.tokenizers import ByteTokenizer
@@ -30,7 +28,7 @@ class WindowDataset:
                        f'{seq_len + 1}; lower --set SEQ_LEN or use a bigger corpus')
     self.tokens, self.seq_len, self.seed = tokens, seq_len, seed
 
-  def batch(self, index: int, batch_size: int, rows: Optional[slice] = None) -> dict:
+  def batch(self, index: int, batch_size: int, rows: slice = slice(None)) -> dict:
     rng = np.random.default_rng([self.seed, index])
     starts = rng.integers(0, len(self.tokens) - self.seq_len - 1, size=batch_size)[rows]
     windows = self.tokens[starts[:, None] + np.arange(self.seq_len + 1)]
@@ -47,7 +45,7 @@ class SyntheticDataset:
   def __init__(self, vocab_size: int, seq_len: int, seed: int):
     self.vocab_size, self.seq_len, self.seed = vocab_size, seq_len, seed
 
-  def batch(self, index: int, batch_size: int, rows: Optional[slice] = None) -> dict:
+  def batch(self, index: int, batch_size: int, rows: slice = slice(None)) -> dict:
     rng = np.random.default_rng([self.seed, index])
     tokens = rng.integers(0, self.vocab_size, size=(batch_size, self.seq_len + 1),
                           dtype=np.int32)[rows]

@@ -1,0 +1,1 @@
+"""Benchmarks: the trainer against a hand-written loop and the hardware (`./noxw -s bench`)."""
