@@ -211,12 +211,13 @@ def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool 
         step += 1
         timer.step_done(metrics)
         unchecked.append((step, metrics['finite']))
+        stop = signals.requested  # read once: a signal landing mid-iteration waits for the next
         at_checkpoint = step % cfg.checkpoint_every_n_steps == 0 or step == total
         at_summary = step % cfg.summary_every_n_steps == 0 or step == total
-        if at_checkpoint or at_summary or signals.requested:
+        if at_checkpoint or at_summary or stop:
           _check_finite(unchecked, cfg.nan_policy, checkpointer)
           unchecked = []
-        if at_checkpoint or signals.requested:
+        if at_checkpoint or stop:
           checkpointer.save(step, state)
         if at_summary:
           values = {k: float(v) for k, v in jax.device_get(metrics).items() if k != 'finite'}
@@ -234,8 +235,8 @@ def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool 
             summaries_lib.log_eval(step, split, values)
           summaries.flush()
           timer.restart()
-        if signals.requested:
-          raise preemption.Preempted(step, signals.requested)
+        if stop:
+          raise preemption.Preempted(step, stop)
   finally:
     summaries.close()
     checkpointer.close()
