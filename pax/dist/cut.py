@@ -22,8 +22,10 @@ import argparse
 import datetime as _dt
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from pax.dist import lock as dist_lock
@@ -130,6 +132,9 @@ def cut(version: str, root: Path | None = None, *, skip_tests: bool = False,
     directory = root / "releases" / version
     tables = {p: p.read_text() for p in readme.marked_files(root)}
     toml = directory / "release.toml"
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        on_term = signal.signal(signal.SIGTERM, _terminated)  # so a killed cut cleans up too
     try:
         directory.mkdir(parents=True)
         # 1. cpu lock without pins: the newest matched set; its headline versions become the pins.
@@ -168,11 +173,18 @@ def cut(version: str, root: Path | None = None, *, skip_tests: bool = False,
     except BaseException:
         _undo(directory, tables)
         raise
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, on_term if on_term is not None else signal.SIG_DFL)
     _git(root, "branch", f"r{version}")
     _git(root, "tag", "-a", f"v{version}", "-m", f"Pax {version}")
     commit = _git(root, "rev-parse", "--short", "HEAD").stdout.strip()
     log(f"release {version}: committed {commit}, branch r{version}, tag v{version}")
     return release
+
+
+def _terminated(signum, frame):
+    raise CutError("release: terminated (SIGTERM); nothing was committed")
 
 
 def _undo(directory: Path, tables: dict[Path, str]) -> None:

@@ -6,6 +6,8 @@ by `fake_compile`, which writes a small hash-pinned lockfile.
 """
 import datetime as dt
 import hashlib
+import os
+import signal
 import subprocess
 import sys
 import tomllib
@@ -145,6 +147,20 @@ def test_failing_tests_leave_nothing(clone):
     with pytest.raises(cut.CutError, match="tests failed against 9.0.0 .exit 3.; nothing"):
         do_cut(clone, skip_tests=False, run_tests=lambda version, root, log: 3)
     assert_nothing_left(clone, head)
+
+
+def test_sigterm_during_the_cut_leaves_nothing(clone):
+    head = git(clone, "rev-parse", "HEAD")
+    before = signal.getsignal(signal.SIGTERM)
+
+    def killed(version, root, log):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return 0
+
+    with pytest.raises(cut.CutError, match="terminated .SIGTERM.; nothing was committed"):
+        do_cut(clone, skip_tests=False, run_tests=killed)
+    assert_nothing_left(clone, head)
+    assert signal.getsignal(signal.SIGTERM) == before
 
 
 def test_failing_compile_leaves_nothing(clone):
