@@ -218,3 +218,68 @@ def bench(session: nox.Session) -> None:
     env = _env(session, release, "cpu")
     session.run(str(env.python), "-m", "benchmarks.bench", *args, env=env.session_env(),
                 external=True)
+
+
+# Loss curves (pax.curves: no jax; matplotlib comes with the tools venv, never a release lock).
+@nox.session(venv_backend="none")
+def plot(session: nox.Session) -> None:
+    """Draw runs' loss and log-perplexity: `plot -- JOB_DIR... [--out F.png] [--reference NAME]`."""
+    if not session.posargs:
+        session.error("plot: usage: ./noxw -s plot -- JOB_DIR... [--out F.png] [--reference NAME]")
+    session.run(sys.executable, "-m", "pax.curves", "plot", *session.posargs, external=True,
+                env={"PYTHONPATH": str(ROOT)})
+
+
+@nox.session(venv_backend="none")
+def compare(session: nox.Session) -> None:
+    """Is a run inside its reference band: `compare -- JOB_DIR [--reference NAME] [--partial]`."""
+    if not session.posargs:
+        session.error("compare: usage: ./noxw -s compare -- JOB_DIR [--reference NAME]")
+    session.run(sys.executable, "-m", "pax.curves", "compare", *session.posargs,
+                external=True, env={"PYTHONPATH": str(ROOT)})
+
+
+@nox.session(venv_backend="none")
+def references(session: nox.Session) -> None:
+    """Re-record a reference band from real runs: `references -- [RELEASE] [--seeds 1,2,3]
+    [--exp NAME] [--out FILE]`; runs the seeds one after another in the pinned CPU env."""
+    import shlex  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from pax.curves import CurvesError  # noqa: PLC0415  (no jax)
+    from pax.curves import record as curves_record  # noqa: PLC0415
+
+    args = list(session.posargs)
+    release = _release(session, args)
+    exp = _flag_value(args, "--exp") or TRAIN_DEFAULTS["--exp"]
+    seeds_text = _flag_value(args, "--seeds") or "1,2,3"
+    try:
+        seeds = [int(s) for s in seeds_text.split(",") if s.strip()]
+    except ValueError:
+        session.error(f"references: --seeds takes integers like 1,2,3, not {seeds_text!r}")
+    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+        session.error(f"references: a band needs at least two distinct seeds, got {seeds_text!r}")
+    name = exp.rsplit(".", 1)[-1]
+    out = Path(_flag_value(args, "--out") or ROOT / "pax" / "curves" / "references" / f"{name}.json")
+    env = _env(session, release, "cpu")
+    job_dirs, commands, walls = [], [], []
+    for seed in seeds:
+        job_dir = Path("runs") / "references" / name / f"seed{seed}"
+        shutil.rmtree(ROOT / job_dir, ignore_errors=True)  # a fresh run, never a resume
+        flags = [f"--exp={exp}", f"--job_log_dir={job_dir}", f"--set=SEED={seed}"]
+        start = time.monotonic()
+        session.run(str(env.python), "-m", "pax.main", *flags, env=env.session_env(),
+                    external=True)
+        walls.append(round(time.monotonic() - start, 1))
+        session.log(f"references: seed {seed} took {walls[-1]:.0f} s")
+        job_dirs.append(ROOT / job_dir)
+        commands.append(shlex.join(["./noxw", "-s", "train", "--", release.version, "cpu", *flags]))
+    recorded_by = shlex.join(["./noxw", "-s", "references", "--", release.version,
+                              f"--exp={exp}", f"--seeds={','.join(map(str, seeds))}"])
+    try:
+        ref = curves_record.record(job_dirs, name, commands, out, recorded_by=recorded_by,
+                                   wall_s=walls, root=ROOT)
+    except CurvesError as err:
+        session.error(f"references: {err}")
+    session.log(f"references: wrote {out} ({len(ref.runs)} runs, seeds {seeds_text})")
