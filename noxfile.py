@@ -241,8 +241,10 @@ def compare(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def references(session: nox.Session) -> None:
-    """Re-record a reference band from real runs: `references -- [RELEASE] [--seeds 1,2,3]
-    [--exp NAME] [--out FILE]`; runs the seeds one after another in the pinned CPU env."""
+    """Re-record a reference band: `references -- [RELEASE] [--seeds 1,2,3] [--exp NAME] [--out F]`.
+
+    Trains each seed afresh, one after another, in the pinned CPU env, then writes
+    pax/curves/references/<Experiment>.json (pax.curves.record)."""
     import shlex  # noqa: PLC0415
     import shutil  # noqa: PLC0415
     import time  # noqa: PLC0415
