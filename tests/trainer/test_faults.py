@@ -11,7 +11,8 @@ import jax
 import numpy as np
 import pytest
 
-from pax.train import loop, preemption
+from pax.checkpoint.manager import Checkpointer, CheckpointError
+from pax.train import loop, preemption, state as state_lib
 from tests.trainer.helpers import Tiny, derive, read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -133,3 +134,26 @@ def test_nan_skip_policy_skips_and_counts(tmp_path):
   rows = read_metrics(tmp_path)
   assert [m['skipped_steps'] for m in rows] == [0, 1, 2, 3, 4, 5]
   assert _checkpoints(tmp_path) == ['checkpoint_00000003', 'checkpoint_00000006']
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A 1.5 MB tmpfs: room for one checkpoint of Tiny, not two (needs root to mount)."""
+  mount = tmp_path / 'disk'
+  mount.mkdir()
+  if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=1536k', 'tmpfs', str(mount)],
+                    capture_output=True).returncode:
+    pytest.skip('mounting a small tmpfs needs root')
+  yield mount
+  subprocess.run(['umount', '-l', str(mount)], check=False)
+
+
+def test_disk_full_while_saving_stops_the_run_and_keeps_the_previous_checkpoint(small_disk):
+  one = jax.devices()[:1]
+  job = small_disk / 'job'
+  with pytest.raises(CheckpointError, match=r'checkpoint_00000003 is intact.*free space'):
+    loop.train(loop.prepare(Tiny(), devices=one), str(job), 'tests.Tiny')
+  run = loop.prepare(Tiny(), devices=one)
+  abstract, _ = state_lib.shardings(run.model, run.tx, run.mesh)
+  step, state = Checkpointer(str(job), max_to_keep=3, saving=False).restore_latest(abstract)
+  assert step == 3 and int(state['step']) == 3
