@@ -1,8 +1,8 @@
 """pax-plot / python -m pax.curves: draw runs' curves, check a run against its reference.
 
   python -m pax.curves plot JOB_DIR... [--out F.png] [--reference NAME|FILE.json|none]
-  python -m pax.curves compare JOB_DIR [--reference NAME|FILE.json] [--rtol R] [--atol A]
-                                       [--partial]
+  python -m pax.curves compare JOB_DIR [--reference NAME|FILE.json] [--k K] [--atol A]
+                                       [--rtol R] [--partial]
   python -m pax.curves references                 list the shipped references
 
 `pax-plot JOB_DIR...` is `plot`. The reference defaults to the shipped one for the run's
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pax.curves.compare import ATOL, RTOL, Tolerance, compare
+from pax.curves.compare import ATOL, K_SIGMA, RTOL, Tolerance, compare
 from pax.curves.reference import load_reference, reference_for, reference_names
 from pax.curves.runs import CurvesError, read_run
 
@@ -38,9 +38,11 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     cp = sub.add_parser("compare", help="is a run inside its reference band? (exit 0/1)")
     cp.add_argument("job_dir", metavar="JOB_DIR")
     cp.add_argument("--reference", default=None, help=ref_help)
-    cp.add_argument("--rtol", type=float, default=RTOL,
-                    help=f"band widened by max(atol, rtol*|band mean|) (default {RTOL})")
+    cp.add_argument("--k", type=float, default=K_SIGMA,
+                    help=f"band widened by max(k*sigma, atol, rtol*|band mean|), sigma the "
+                         f"recorded seed-to-seed std (default k {K_SIGMA})")
     cp.add_argument("--atol", type=float, default=ATOL, help=f"(default {ATOL})")
+    cp.add_argument("--rtol", type=float, default=RTOL, help=f"(default {RTOL})")
     cp.add_argument("--partial", action="store_true",
                     help="check only the steps the run has logged (a run in progress)")
     sub.add_parser("references", help="list the shipped references")
@@ -75,11 +77,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m pax.curves") -> i
                       f"recorded {ref.recorded_at}")
             return 0
         if args.command == "compare":
-            if args.rtol < 0 or args.atol < 0:
-                raise CurvesError("--rtol and --atol must be >= 0")
+            if min(args.k, args.rtol, args.atol) < 0:
+                raise CurvesError("--k, --atol and --rtol must be >= 0")
             run = read_run(args.job_dir)
             ref = _reference(args.reference, run, required=True)
-            ok, report = compare(run, ref, Tolerance(args.rtol, args.atol), partial=args.partial)
+            tol = Tolerance(k=args.k, atol=args.atol, rtol=args.rtol)
+            ok, report = compare(run, ref, tol, partial=args.partial)
             print(report)
             return 0 if ok else 1
         runs = [read_run(d) for d in args.job_dirs]

@@ -3,9 +3,12 @@
 Every (split, metric, step) the reference has a band for is checked against the run's value
 there. The band is widened by a tolerance margin on each side,
 
-    margin = max(atol, rtol · |band mean at that step|)
+    margin = max(k · sigma, atol, rtol · |band mean at that step|)
 
-(defaults below), because a handful of seeds cannot show the full spread of healthy runs.
+sigma being the curve's pooled seed-to-seed std recorded with the band (defaults: k 2,
+atol 0.02, rtol 0), because three seeds cannot show the full spread of healthy runs: the
+tiny experiment's train loss is one batch's loss, and a fresh seed lands up to ~2.3 sigma
+from the recorded mean at some step while still being a healthy run.
 A NaN or Inf is always outside. A run that lacks some of the band's steps fails too (it
 stopped early, or logs at other steps) unless partial=True, which checks only the steps it
 has, for a run still in progress.
@@ -18,21 +21,26 @@ import math
 from pax.curves.reference import Reference
 from pax.curves.runs import Run
 
-RTOL = 0.03
-ATOL = 0.05
+K_SIGMA = 2.0
+ATOL = 0.02
+RTOL = 0.0
 MAX_LISTED = 8
 
 
 @dataclasses.dataclass(frozen=True)
 class Tolerance:
-    rtol: float = RTOL
+    k: float = K_SIGMA
     atol: float = ATOL
+    rtol: float = RTOL
 
-    def margin(self, center: float) -> float:
-        return max(self.atol, self.rtol * abs(center))
+    def margin(self, center: float, sigma: float = 0.0) -> float:
+        return max(self.k * sigma, self.atol, self.rtol * abs(center))
 
     def __str__(self) -> str:
-        return f"±max({self.atol:g}, {100 * self.rtol:g}% of the band mean)"
+        parts = [f"{self.k:g}·sigma", f"{self.atol:g}"]
+        if self.rtol:
+            parts.append(f"{100 * self.rtol:g}% of the band mean")
+        return f"band widened by max({', '.join(parts)}) on each side"
 
 
 def _fmt(x: float) -> str:
@@ -76,7 +84,7 @@ def compare(run: Run, ref: Reference, tolerance: Tolerance | None = None,
                 continue
             value = series[step]
             checked += 1
-            m = tol.margin(mean)
+            m = tol.margin(mean, band.sigma)
             low, high = lo - m, hi + m
             if not math.isfinite(value) or value < low or value > high:
                 side = ">" if math.isfinite(value) and value > high else "<"
@@ -90,16 +98,17 @@ def compare(run: Run, ref: Reference, tolerance: Tolerance | None = None,
                 worst = (over, step, value, lo, hi)
         present = len(band.steps) - len(absent)
         label = f"{split} {metric}"
-        status = f"{inside}/{present} inside"
+        status = f"{inside}/{present} inside (sigma {band.sigma:.3f})"
         if absent:
             status += f", {len(absent)} step(s) not logged ({_steps(absent)})"
             missing.append(f"{label}: steps {_steps(absent)}")
         if worst is not None:
             over, step, value, lo, hi = worst
-            where = ("inside the band" if over <= 0 else
-                     f"{over:.2f} margins past the band" if math.isfinite(over) else "not finite")
+            where = ("inside min..max" if over <= 0 else
+                     f"past min..max by {over:.2f} of the margin" if math.isfinite(over)
+                     else "not finite")
             status += f"; nearest the edge: step {step} {_fmt(value)} vs {_fmt(lo)}..{_fmt(hi)} ({where})"
-        lines.append(f"  {label:<30} {status}")
+        lines.append(f"  {label:<28} {status}")
     ok = checked > 0 and not outside and (partial or not missing)
     if outside:
         lines.append(f"OUTSIDE: {len(outside)} of {checked} points outside the band:")

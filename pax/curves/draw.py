@@ -83,7 +83,7 @@ def _draw_band(ax, ref: Reference, metric: str, tol: Tolerance) -> None:
             continue
         is_train = split == "train"
         color = "0.45" if is_train else "tab:purple"
-        margins = [tol.margin(m) for m in band.mean]
+        margins = [tol.margin(m, band.sigma) for m in band.mean]
         ax.fill_between(band.steps, [lo - m for lo, m in zip(band.lo, margins)],
                         [hi + m for hi, m in zip(band.hi, margins)], color=color, alpha=0.12,
                         linewidth=0)

@@ -5,7 +5,12 @@ recorded run's curves with where it came from (the command, release, lockfile sh
 the band derived from them, per split and metric, at each step all runs logged:
 
   minmax   [min, max] across the runs (default)
-  std      mean ± k·std (sample std) across the runs
+  std      mean ± k·std (sample std at that step) across the runs
+
+and sigma, the seed-to-seed standard deviation of the curve pooled over all its steps
+(residuals from the per-step mean, one degree of freedom per step spent on the mean). Three
+seeds show little of the spread at any one step, while the pooled sigma is estimated from
+every point; compare widens the band by a multiple of it.
 
 The stored band is recomputed from the stored runs on load; a mismatch means the file was
 edited by hand and is refused. Re-record with `./noxw -s references`.
@@ -33,6 +38,7 @@ class Band:
     lo: list[float]
     hi: list[float]
     mean: list[float]
+    sigma: float = 0.0  # pooled seed-to-seed std of this curve (0 with one run)
 
     def at(self, step: int) -> tuple[float, float] | None:
         try:
@@ -42,7 +48,8 @@ class Band:
         return self.lo[i], self.hi[i]
 
     def to_json(self) -> dict:
-        return {"steps": self.steps, "lo": self.lo, "hi": self.hi, "mean": self.mean}
+        return {"steps": self.steps, "lo": self.lo, "hi": self.hi, "mean": self.mean,
+                "sigma": self.sigma}
 
 
 def _stats(values: list[float]) -> tuple[float, float, float, float]:
@@ -72,12 +79,15 @@ def make_band(curves: list[dict], kind: str = "minmax", k: float = 2.0,
                 continue
             steps = sorted(set(series[0]).intersection(*series[1:]))
             lo, hi, mean = [], [], []
+            squares, dof = 0.0, 0
             for step in steps:
                 values = [float(s[step]) for s in series]
                 if not all(math.isfinite(v) for v in values):
                     raise CurvesError(f"{split} {metric} at step {step} is not finite in a "
                                       f"reference run: {values}")
                 vmin, vmax, vmean, vstd = _stats(values)
+                squares += sum((v - vmean) ** 2 for v in values)
+                dof += len(values) - 1
                 if kind == "minmax":
                     lo.append(vmin)
                     hi.append(vmax)
@@ -86,7 +96,8 @@ def make_band(curves: list[dict], kind: str = "minmax", k: float = 2.0,
                     hi.append(vmean + k * vstd)
                 mean.append(vmean)
             if steps:
-                bands[(split, metric)] = Band(split, metric, steps, lo, hi, mean)
+                sigma = math.sqrt(squares / dof) if dof else 0.0
+                bands[(split, metric)] = Band(split, metric, steps, lo, hi, mean, sigma)
     if not bands:
         raise CurvesError("the runs share no split, metric and step to make a band from")
     return bands

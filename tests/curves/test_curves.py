@@ -79,6 +79,9 @@ def test_band_minmax_and_std(make_run):
     # values c+0.02, c+0.04, c+0.06: sample std 0.02
     assert std.hi[5] - std.mean[5] == pytest.approx(0.04)
     assert std.mean[5] - std.lo[5] == pytest.approx(0.04)
+    # residuals -0.02, 0, +0.02 at each of 16 steps, 2 degrees of freedom per step
+    assert band.sigma == pytest.approx(0.02)
+    assert bands[(EVAL, "loss")].sigma == pytest.approx(0.02)
 
 
 def test_band_uses_steps_all_runs_share(make_run):
@@ -149,11 +152,19 @@ def test_compare_inside(make_run, reference_file):
     assert report.splitlines()[-1].startswith("OK: inside the band at all 38 points")
 
 
+def test_compare_margin_is_k_sigma(make_run, reference_file):
+    ref = load_reference(reference_file)  # sigma 0.02
+    run = read_run(make_run("fresh", seed=3, shift=0.035))  # above max by 0.035
+    assert compare(run, ref, Tolerance(k=2, atol=0))[0]
+    assert not compare(run, ref, Tolerance(k=1, atol=0))[0]
+    assert compare(run, ref, Tolerance(k=0, atol=0, rtol=0.03))[0]
+
+
 def test_compare_inside_only_thanks_to_the_margin(make_run, reference_file):
     ref = load_reference(reference_file)
     run = read_run(make_run("fresh", seed=1, shift=-0.04))  # below min by 0.04
-    assert compare(run, ref, Tolerance(rtol=0, atol=0.05))[0]
-    ok, report = compare(run, ref, Tolerance(rtol=0, atol=0.01))
+    assert compare(run, ref, Tolerance(k=0, atol=0.05))[0]
+    ok, report = compare(run, ref, Tolerance(k=0, atol=0.01))
     assert not ok and "OUTSIDE: 38 of 38" in report
 
 
@@ -211,7 +222,7 @@ def test_cli_compare_exit_statuses(make_run, reference_file, capsys):
     (["compare", "{run}", "--reference", "NoSuchExp"], "unknown reference"),
     (["compare", "{run}", "--reference", "none"], "needs a reference"),
     (["compare", "{other}"], "no shipped reference for experiment x.Other"),
-    (["compare", "{run}", "--rtol", "-1"], "must be >= 0"),
+    (["compare", "{run}", "--k", "-1"], "must be >= 0"),
     (["plot", "{tmp}/nope"], "no such job directory"),
     (["plot", "{run}", "--reference", "NoSuchExp"], "unknown reference"),
 ])
