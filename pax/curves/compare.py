@@ -107,7 +107,7 @@ def compare(run: Run, ref: Reference, tolerance: Tolerance | None = None,
             where = ("inside min..max" if over <= 0 else
                      f"past min..max by {over:.2f} of the margin" if math.isfinite(over)
                      else "not finite")
-            status += f"; nearest the edge: step {step} {_fmt(value)} vs {_fmt(lo)}..{_fmt(hi)} ({where})"
+            status += f"; worst: step {step} {_fmt(value)} vs {_fmt(lo)}..{_fmt(hi)} ({where})"
         lines.append(f"  {label:<28} {status}")
     ok = checked > 0 and not outside and (partial or not missing)
     if outside:
