@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from pax.dist import lockfile
+from pax.dist import release as dist_release
+from pax.dist import venv as dist_venv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLATFORMS = ('tpu', 'gpu')
@@ -66,15 +68,10 @@ class ImageError(Exception):
 
 # --------------------------------------------------------------------------- releases, locks
 
-def releases_dir() -> Path:
-  return Path(os.environ.get('PAX_RELEASES_DIR', REPO_ROOT / 'releases'))
-
-
-def known_releases() -> list[str]:
-  d = releases_dir()
-  if not d.is_dir():
-    return []
-  return sorted(p.name for p in d.iterdir() if (p / 'release.toml').is_file())
+def _repo_root() -> Path:
+  """Where releases/ lives; PAX_RELEASES_DIR points elsewhere (tests)."""
+  override = os.environ.get('PAX_RELEASES_DIR')
+  return Path(override).parent if override else REPO_ROOT
 
 
 def lock_path(release: str, platform: str) -> Path:
@@ -82,21 +79,19 @@ def lock_path(release: str, platform: str) -> Path:
   if platform not in PLATFORMS:
     raise ImageError(f"unknown image platform {platform!r}: images exist for "
                      f"{', '.join(PLATFORMS)}", usage=True)
-  rel = releases_dir() / release
-  if not (rel / 'release.toml').is_file():
-    known = ', '.join(known_releases()) or 'none'
-    raise ImageError(f'unknown release {release!r} (no {rel}/release.toml); known releases: '
-                     f'{known}', usage=True)
-  lock = rel / f'{platform}.txt'
+  try:
+    rel = dist_release.resolve(release, _repo_root())
+  except dist_release.UnknownRelease as e:
+    raise ImageError(str(e), usage=True) from None
+  except tomllib.TOMLDecodeError as e:
+    raise ImageError(f'release {release}: release.toml: {e}') from None
+  lock = rel.lockfile(platform)
   if not lock.is_file():
     raise ImageError(f'release {release} has no {platform} lockfile ({lock}); create it with '
                      f'./noxw -s lock -- {release}', usage=True)
-  try:
-    frozen = tomllib.loads((rel / 'release.toml').read_text()).get('locks', {}).get(platform)
-  except tomllib.TOMLDecodeError as e:
-    raise ImageError(f'{rel}/release.toml: {e}') from None
-  if frozen and frozen != sha256_file(lock):
-    raise ImageError(f'{lock} has sha256 {sha256_file(lock)[:12]}..., but {rel}/release.toml '
+  frozen, actual = rel.recorded_sha256(platform), sha256_file(lock)
+  if frozen and frozen != actual:
+    raise ImageError(f'{lock} has sha256 {actual[:12]}..., but {rel.dir}/release.toml '
                      f'records {frozen[:12]}...; restore the lockfile (releases are frozen)')
   return lock
 
@@ -118,17 +113,6 @@ def parse_lock(path: Path) -> dict[str, tuple[str, set[str]]]:
 
 # --------------------------------------------------------------------------- wheelhouse
 
-def clean_pip_env() -> dict[str, str]:
-  """The environment without this machine's pip configuration (mirrors, find-links, constraints)."""
-  env = {k: v for k, v in os.environ.items() if not k.startswith('PIP_')}
-  env['PIP_CONFIG_FILE'] = os.devnull
-  env['PIP_DISABLE_PIP_VERSION_CHECK'] = '1'
-  for keep in ('PIP_CERT', 'PIP_DEFAULT_TIMEOUT', 'PIP_INDEX_URL'):
-    if keep in os.environ:
-      env[keep] = os.environ[keep]
-  return env
-
-
 def pip_python() -> str:
   """An interpreter with pip: this one, else the tools venv's (release envs hold no pip)."""
   candidates = [sys.executable, str(REPO_ROOT / '.tools' / 'venv' / 'bin' / 'python'),
@@ -137,7 +121,7 @@ def pip_python() -> str:
     if not Path(python).exists():
       continue
     r = subprocess.run([python, '-m', 'pip', '--version'], capture_output=True, text=True,
-                       env=clean_pip_env())
+                       env=dist_venv.pip_env())
     if r.returncode == 0 and ' (python 3.11)' in r.stdout:
       return python
   raise ImageError('no Python 3.11 with pip found (tried this interpreter, .tools/venv, '
@@ -193,7 +177,7 @@ def prepare_wheelhouse(release: str, platform: str, dest: Optional[Path] = None,
   for tag in WHEEL_PLATFORMS:
     cmd += ['--platform', tag]
   print(f'pax images: downloading {release}-{platform} wheels into {dest}', file=log)
-  r = subprocess.run(cmd, env=clean_pip_env(), capture_output=True, text=True)
+  r = subprocess.run(cmd, env=dist_venv.pip_env(), capture_output=True, text=True)
   if r.returncode != 0:
     out = r.stdout + r.stderr
     if any(m in out for m in HASH_MISMATCH_MARKERS):
@@ -229,7 +213,7 @@ def build_pax_wheel(dest: Path) -> Path:
         (src / 'README.md').write_text('Pax\n')
     # Same sources, same wheel bytes (zip timestamps from SOURCE_DATE_EPOCH), so an unchanged
     # trainer keeps the image's pax layer cached.
-    env = {**clean_pip_env(), 'SOURCE_DATE_EPOCH': (_git(['log', '-1', '--format=%ct'], check=False)
+    env = {**dist_venv.pip_env(), 'SOURCE_DATE_EPOCH': (_git(['log', '-1', '--format=%ct'], check=False)
                                                     or '315532800').strip()}
     r = subprocess.run([pip_python(), '-m', 'pip', 'wheel', '--no-deps', '-q', '-w', str(dest),
                         str(src)], env=env, capture_output=True, text=True)
