@@ -9,7 +9,10 @@ import sys
 
 from absl import app, flags, logging
 
+from pax.checkpoint.manager import CheckpointError
 from pax.errors import UsageError
+from pax.experiments import overrides, registry
+from pax.train import loop, preemption
 
 EXIT_USAGE = 2
 _PAX_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -39,7 +42,6 @@ def _parse_flags(argv):
 
 
 def main(argv):
-  from pax.experiments import overrides, registry  # pylint: disable=g-import-not-at-top
   if len(argv) > 1:
     raise UsageError(f'unexpected arguments {argv[1:]}; flags are written --name=value')
   if _LIST.value:
@@ -52,7 +54,6 @@ def main(argv):
   registered = registry.get(_EXP.value)
   name = registry.name_of(registered)
   experiment_cls = overrides.apply(registered, _SET.value)
-  from pax.train import loop  # pylint: disable=g-import-not-at-top
   run = loop.prepare(experiment_cls())
   if _MODE.value == 'eval':
     loop.evaluate(run, _JOB_LOG_DIR.value, name)
@@ -74,9 +75,6 @@ def _main_with_usage_errors(argv):
   """Exit status: 0 done, 1 the run failed (NaN/Inf loss, a checkpoint write failed),
   2 bad input, 75 preempted by SIGTERM/SIGINT after saving (rerun to resume)."""
   logging.get_absl_handler().addFilter(_OnlyPaxInfo())
-  from pax.train import preemption  # pylint: disable=g-import-not-at-top
-  from pax.train.loop import NonFiniteError  # pylint: disable=g-import-not-at-top
-  from pax.checkpoint.manager import CheckpointError  # pylint: disable=g-import-not-at-top
   try:
     return main(argv)
   except UsageError as e:
@@ -84,7 +82,7 @@ def _main_with_usage_errors(argv):
   except preemption.Preempted as e:
     logging.warning('preempted: %s', e)
     sys.exit(preemption.EXIT_PREEMPTED)
-  except (NonFiniteError, CheckpointError) as e:
+  except (loop.NonFiniteError, CheckpointError) as e:
     print(f'pax: error: {e}', file=sys.stderr)
     sys.exit(1)
 
