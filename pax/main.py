@@ -12,6 +12,7 @@ from absl import app, flags, logging
 from pax.checkpoint.manager import CheckpointError
 from pax.errors import UsageError
 from pax.experiments import overrides, registry
+from pax.parallel import distributed
 from pax.train import loop, preemption
 
 EXIT_USAGE = 2
@@ -27,6 +28,11 @@ _ENABLE_CHECKPOINT_SAVING = flags.DEFINE_bool('enable_checkpoint_saving', True,
                                               'Save checkpoints while training.')
 _SET = flags.DEFINE_multi_string('set', [], 'Override a hyper-parameter: --set NUM_LAYERS=2.')
 _LIST = flags.DEFINE_bool('list_experiments', False, 'Print the registered experiments and exit.')
+# Multi-host, as Pax's multiprocess flags; where jax detects a cluster (TPU pods, Slurm)
+# --num_hosts alone is enough.
+_SERVER_ADDR = flags.DEFINE_string('server_addr', None, 'Coordinator HOST:PORT (process 0).')
+_NUM_HOSTS = flags.DEFINE_integer('num_hosts', 1, 'Number of processes in the job.')
+_HOST_IDX = flags.DEFINE_integer('host_idx', None, 'This process\'s index, 0..num_hosts-1.')
 
 
 def _usage_exit(message: str):
@@ -52,6 +58,8 @@ def main(argv):
   if not _JOB_LOG_DIR.value:
     raise UsageError('--job_log_dir is required, e.g. --job_log_dir=runs/tiny')
   registered = registry.get(_EXP.value)
+  if _NUM_HOSTS.value > 1:
+    distributed.initialize(_SERVER_ADDR.value, _NUM_HOSTS.value, _HOST_IDX.value)
   name = registry.name_of(registered)
   experiment_cls = overrides.apply(registered, _SET.value)
   run = loop.prepare(experiment_cls())

@@ -226,13 +226,14 @@ def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool 
                         tokens_per_s=step_time and tokens_per_step / step_time,
                         mfu=step_time and flops_per_step / step_time / peak['flops'])
           summaries.write('train', step, values)
-          if jax.process_index() == 0:
+          if summaries.enabled:
             summaries_lib.log_train(step, total, values)
           last = values
         if step % cfg.eval_every_n_steps == 0 or step == total:
           for split, values in _evaluate(run, eval_step, state['params']).items():
             summaries.write(split, step, values)
-            summaries_lib.log_eval(step, split, values)
+            if summaries.enabled:
+              summaries_lib.log_eval(step, split, values)
           summaries.flush()
           timer.restart()
         if stop:
@@ -256,7 +257,8 @@ def evaluate(run: Run, job_dir: str, experiment_name: str) -> dict:
   results = _evaluate(run, _jit_eval_step(run, shardings), state['params'])
   for split, values in results.items():
     summaries.write(split, latest, values)
-    summaries_lib.log_eval(latest, split, values)
+    if summaries.enabled:
+      summaries_lib.log_eval(latest, split, values)
   summaries.close()
   checkpointer.close()
   return results
