@@ -285,3 +285,17 @@ def references(session: nox.Session) -> None:
     except CurvesError as err:
         session.error(f"references: {err}")
     session.log(f"references: wrote {out} ({len(ref.runs)} runs, seeds {seeds_text})")
+
+
+@nox.session(venv_backend="none")
+def aot(session: nox.Session) -> None:
+    """Compile reference experiments for their full mesh on virtual CPU devices:
+    `aot -- [RELEASE] [EXP ...] [--json F]` (default: the Pax-named SPMD experiments)."""
+    args = list(session.posargs)
+    release = _release(session, args)
+    if not [a for a in args if not a.startswith("--")]:
+        args = ["LmCloudSpmd2BLimitSteps", "LmCloudTransformerAdamLimitSteps",
+                "C4Spmd1BAdam4Replicas", "C4Spmd16BAdam32Replicas", *args]
+    env = _env(session, release, "cpu")
+    session.run(str(env.python), "-m", "pax.parallel.aot", *args, env=env.session_env(),
+                external=True, success_codes=[0, 1])

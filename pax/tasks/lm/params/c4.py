@@ -15,7 +15,7 @@ class C4SpmdAdam(BaseExperiment):
   ACTIVATION = 'gelu'
   FPROP_DTYPE = 'bfloat16'
   USE_REPEATED_LAYER = True
-  REMAT_POLICY = 'dots_with_no_batch_dims_saveable'
+  REMAT_POLICY = 'full'  # Pax's SAVE_NOTHING
   NUM_TRAIN_STEPS = 300000
   CHECKPOINT_EVERY_N_STEPS = 1000
   SUMMARY_EVERY_N_STEPS = 10

@@ -44,7 +44,7 @@ class LmCloudSpmd2B(LmCloudSpmd):
   PERCORE_BATCH_SIZE = 8
   FPROP_DTYPE = 'bfloat16'
   USE_REPEATED_LAYER = True
-  REMAT_POLICY = 'dots_with_no_batch_dims_saveable'
+  REMAT_POLICY = 'full'  # Pax's SAVE_NOTHING
 
 
 @register
