@@ -15,7 +15,7 @@ LOGICAL_AXIS_RULES = (
     ('kv', None),
     ('layers', None),
     ('length', None),
-    ('act_embed', None),
+    ('act_embed', 'mdl'),
     ('act_mlp', 'mdl'),
     ('act_vocab', 'mdl'),
 )
