@@ -12,7 +12,8 @@ import jax
 import jax.numpy as jnp
 
 from pax.experiments.config import ModelConfig
-from pax.parallel import sharding
+from pax.models import fp8
+from pax.parallel import pipeline, sharding
 
 REMAT_POLICIES = {
     'none': None,
@@ -71,6 +72,10 @@ class _Sharded(nn.Module):
     w = self.param(name, _init(fan_in, names), shape, jnp.dtype(self.cfg.param_dtype))
     return w.astype(self.dtype)
 
+  def project(self, eqn: str, x, w, name: str):
+    """A weight matmul; FP8 (pax.models.fp8) with USE_FP8, its scales under `name`_fp8."""
+    return fp8.einsum(f'{name}_fp8', eqn, x, w, self.cfg.use_fp8)
+
 
 class Attention(_Sharded):
 
@@ -80,9 +85,9 @@ class Attention(_Sharded):
     kv_heads, dims = c.num_kv_heads, c.dims_per_head
     group = c.num_heads // kv_heads
     # Fused QKV: per kv head, `group` query heads then one key and one value head.
-    qkv = jnp.einsum('bte,ecnd->btcnd', x,
-                     self.weight('qkv', (c.model_dims, group + 2, kv_heads, dims),
-                                 ('embed', None, 'heads', 'kv'), c.model_dims))
+    qkv = self.project('bte,ecnd->btcnd', x,
+                       self.weight('qkv', (c.model_dims, group + 2, kv_heads, dims),
+                                   ('embed', None, 'heads', 'kv'), c.model_dims), 'qkv')
     q, k, v = qkv[:, :, :group], qkv[:, :, group], qkv[:, :, group + 1]
     if c.position_embedding == 'rotary':
       q, k = _rotary(q, positions), _rotary(k, positions)
@@ -92,9 +97,9 @@ class Attention(_Sharded):
     logits = jnp.where(causal, logits, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(logits, axis=-1).astype(self.dtype)
     out = jnp.einsum('bngts,bsnd->btgnd', probs, v)
-    return jnp.einsum('btgnd,gnde->bte', out,
-                      self.weight('post', (group, kv_heads, dims, c.model_dims),
-                                  (None, 'heads', 'kv', 'embed'), c.num_heads * dims))
+    return self.project('btgnd,gnde->bte', out,
+                        self.weight('post', (group, kv_heads, dims, c.model_dims),
+                                    (None, 'heads', 'kv', 'embed'), c.num_heads * dims), 'post')
 
 
 class FeedForward(_Sharded):
@@ -106,15 +111,15 @@ class FeedForward(_Sharded):
     if c.activation in GATED:
       wi = self.weight('wi', (c.model_dims, 2, c.hidden_dims), ('embed', None, 'mlp'),
                        c.model_dims)
-      h = jnp.einsum('bte,egh->btgh', x, wi)
+      h = self.project('bte,egh->btgh', x, wi, 'wi')
       h = act(h[:, :, 0]) * h[:, :, 1]
     else:
-      h = act(jnp.einsum('bte,eh->bth', x,
-                         self.weight('wi', (c.model_dims, c.hidden_dims), ('embed', 'mlp'),
-                                     c.model_dims)))
+      h = act(self.project('bte,eh->bth', x,
+                           self.weight('wi', (c.model_dims, c.hidden_dims), ('embed', 'mlp'),
+                                       c.model_dims), 'wi'))
     h = self.constrain(h, ('batch', 'length', 'act_mlp'))
-    return jnp.einsum('bth,he->bte', h, self.weight('wo', (c.hidden_dims, c.model_dims),
-                                                    ('mlp', 'embed'), c.hidden_dims))
+    return self.project('bth,he->bte', h, self.weight('wo', (c.hidden_dims, c.model_dims),
+                                                      ('mlp', 'embed'), c.hidden_dims), 'wo')
 
 
 class Block(_Sharded):
@@ -128,7 +133,38 @@ class Block(_Sharded):
     return self.constrain(x), None
 
 
+def stack_layers(kw: dict, num_layers: int, x, positions):
+  """Adds `num_layers` Blocks to the calling (compact) module and runs x through them."""
+  cfg = kw['cfg']
+  block = Block
+  if cfg.remat_policy != 'none':
+    block = nn.remat(Block, policy=REMAT_POLICIES[cfg.remat_policy],
+                     prevent_cse=not cfg.use_repeated_layer)
+  if cfg.use_repeated_layer:
+    stack = nn.scan(block, variable_axes={c: 0 for c in fp8.LAYER_COLLECTIONS},
+                    split_rngs={'params': True}, in_axes=nn.broadcast, length=num_layers,
+                    metadata_params={nn.PARTITION_NAME: 'layers'})
+    x, _ = stack(**kw, name='layers')(x, positions)
+  else:
+    for i in range(num_layers):
+      x, _ = block(**kw, name=f'layer_{i}')(x, positions)
+  return x
+
+
+class LayerStack(_Sharded):
+  """A run of layers as a module of its own: one pipeline stage."""
+  num_layers: int = 1
+
+  @nn.compact
+  def __call__(self, x, positions):
+    return stack_layers(dict(cfg=self.cfg, mesh=self.mesh, rules=self.rules), self.num_layers,
+                        x, positions)
+
+
 class TransformerLm(_Sharded):
+  """num_stages > 1 splits the layers evenly into pipeline stages (pax.parallel.pipeline)."""
+  num_stages: int = 1
+  num_microbatches: int = 1
 
   @nn.compact
   def __call__(self, inputs, positions: Optional[jax.Array] = None):
@@ -145,19 +181,13 @@ class TransformerLm(_Sharded):
                                    (None, 'embed'), 1), positions, axis=0)
     x = self.constrain(x)
 
-    block = Block
-    policy = REMAT_POLICIES[c.remat_policy]
-    if c.remat_policy != 'none':
-      block = nn.remat(Block, policy=policy, prevent_cse=not c.use_repeated_layer)
     kw = dict(cfg=c, mesh=self.mesh, rules=self.rules)
-    if c.use_repeated_layer:
-      stack = nn.scan(block, variable_axes={'params': 0}, split_rngs={'params': True},
-                      in_axes=nn.broadcast, length=c.num_layers,
-                      metadata_params={nn.PARTITION_NAME: 'layers'})
-      x, _ = stack(**kw, name='layers')(x, positions)
+    if self.num_stages > 1:
+      x = pipeline.Pipeline(LayerStack, dict(num_layers=c.num_layers // self.num_stages, **kw),
+                            self.num_stages, self.num_microbatches, mesh=self.mesh,
+                            rules=self.rules, name='pipeline')(x, positions)
     else:
-      for i in range(c.num_layers):
-        x, _ = block(**kw, name=f'layer_{i}')(x, positions)
+      x = stack_layers(kw, c.num_layers, x, positions)
 
     x = self.norm('final_norm')(x)
     if c.separate_embedding:

@@ -14,6 +14,7 @@ LOGICAL_AXIS_RULES = (
     ('vocab', 'mdl'),
     ('kv', None),
     ('layers', None),
+    ('stage', 'stage'),
     ('length', None),
     ('act_embed', 'mdl'),
     ('act_mlp', 'mdl'),
