@@ -28,8 +28,8 @@ _ENABLE_CHECKPOINT_SAVING = flags.DEFINE_bool('enable_checkpoint_saving', True,
                                               'Save checkpoints while training.')
 _SET = flags.DEFINE_multi_string('set', [], 'Override a hyper-parameter: --set NUM_LAYERS=2.')
 _LIST = flags.DEFINE_bool('list_experiments', False, 'Print the registered experiments and exit.')
-# Multi-host, as Pax's multiprocess flags; where jax detects a cluster (TPU pods, Slurm)
-# --num_hosts alone is enough.
+# Multi-host, as Pax's multiprocess flags. Without them, a cluster jax detects (TPU pod slice,
+# Slurm step, Open MPI) is joined on its own; a plain single-host run joins nothing.
 _SERVER_ADDR = flags.DEFINE_string('server_addr', None, 'Coordinator HOST:PORT (process 0).')
 _NUM_HOSTS = flags.DEFINE_integer('num_hosts', 1, 'Number of processes in the job.')
 _HOST_IDX = flags.DEFINE_integer('host_idx', None, 'This process\'s index, 0..num_hosts-1.')
@@ -58,10 +58,9 @@ def main(argv):
   if not _JOB_LOG_DIR.value:
     raise UsageError('--job_log_dir is required, e.g. --job_log_dir=runs/tiny')
   registered = registry.get(_EXP.value)
-  if _NUM_HOSTS.value > 1:
-    distributed.initialize(_SERVER_ADDR.value, _NUM_HOSTS.value, _HOST_IDX.value)
   name = registry.name_of(registered)
   experiment_cls = overrides.apply(registered, _SET.value)
+  distributed.initialize(_SERVER_ADDR.value, _NUM_HOSTS.value, _HOST_IDX.value)
   run = loop.prepare(experiment_cls())
   if _MODE.value == 'eval':
     loop.evaluate(run, _JOB_LOG_DIR.value, name)
