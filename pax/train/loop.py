@@ -14,7 +14,7 @@ from pax.errors import UsageError
 from pax.experiments import config as config_lib
 from pax.models.transformer import ACTIVATIONS, REMAT_POLICIES, TransformerLm
 from pax.optim import optimizers, schedules
-from pax.parallel import sharding
+from pax.parallel import pipeline, sharding
 from pax.parallel.mesh import build_mesh
 from pax.train import manifest, mfu, preemption, state as state_lib, summaries as summaries_lib
 from pax.train.step import make_eval_step, make_train_step
@@ -41,18 +41,17 @@ def prepare(experiment, devices=None) -> Run:
   """
   task, datasets = experiment.task(), experiment.datasets()
   _validate_names(task)
-  if task.mesh.num_stages > 1:
-    raise UsageError(f'NUM_STAGES={task.mesh.num_stages}: pipeline parallelism is not in this '
-                     'build yet; --set NUM_STAGES=1 with a mesh without a stage axis')
   devices = list(devices or jax.devices())
   mesh = build_mesh(task.mesh, devices)
-  model = TransformerLm(task.model, mesh=mesh)
+  stages, microbatches = task.mesh.num_stages, task.mesh.num_microbatches
+  model = TransformerLm(task.model, mesh=mesh, num_stages=stages, num_microbatches=microbatches)
   tx, lr_schedule = optimizers.build(task.optimizer)
   global_batch = task.train.percore_batch_size * len(devices)
   batch_shards = mesh.shape['replica'] * mesh.shape['data']
   if global_batch % batch_shards or global_batch % jax.process_count():
     raise UsageError(f'global batch {global_batch} does not split over {batch_shards} batch '
                      f'shards and {jax.process_count()} processes; change PERCORE_BATCH_SIZE')
+  _validate_pipeline(task, mesh, global_batch // batch_shards)
   train_cfg = next(d for d in datasets if d.is_training)
   vocab = task.model.vocab_size
   return Run(task=task, datasets=datasets, mesh=mesh, model=model, tx=tx,
@@ -80,6 +79,23 @@ def _validate_names(task: config_lib.TaskConfig) -> None:
   if m.num_heads % m.num_kv_heads:
     raise UsageError(f'NUM_HEADS={m.num_heads} is not a multiple of NUM_KV_HEADS='
                      f'{m.num_kv_heads}')
+
+
+def _validate_pipeline(task: config_lib.TaskConfig, mesh, batch_per_shard: int) -> None:
+  stages, microbatches = task.mesh.num_stages, task.mesh.num_microbatches
+  mesh_stages = mesh.shape.get('stage', 1)
+  if stages != mesh_stages:
+    raise UsageError(f'NUM_STAGES={stages} but the mesh has {mesh_stages} along `stage`; make '
+                     'them equal (MESH_AXIS_NAMES needs a `stage` axis for NUM_STAGES > 1)')
+  if stages == 1:
+    return
+  if task.model.num_layers % stages:
+    raise UsageError(f'NUM_LAYERS={task.model.num_layers} does not split into NUM_STAGES='
+                     f'{stages} equal stages')
+  if batch_per_shard % microbatches:
+    raise UsageError(f'each batch shard holds {batch_per_shard} rows, which do not split into '
+                     f'NUM_MICROBATCHES={microbatches}; change PERCORE_BATCH_SIZE or '
+                     'NUM_MICROBATCHES')
 
 
 def _device_batch(dataset, index: int, run: Run):
@@ -187,6 +203,10 @@ def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool 
   logging.info('%s: %.2fM parameters, mesh %s, global batch %d, peak %.3g FLOP/s (%s)',
                experiment_name, state_lib.num_params(abstract) / 1e6, dict(run.mesh.shape),
                run.global_batch, peak['flops'], peak['source'])
+  if run.task.mesh.num_stages > 1:
+    logging.info('pipeline: %d stages, %d microbatches, bubble fraction %.3f',
+                 run.task.mesh.num_stages, run.task.mesh.num_microbatches,
+                 pipeline.bubble_fraction(run.task.mesh.num_stages, run.task.mesh.num_microbatches))
   restored, state = checkpointer.restore_latest(abstract)
   if state is None:
     state = state_lib.initialize(run.model, run.tx, shardings, cfg.seed)
