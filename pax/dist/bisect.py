@@ -3,7 +3,8 @@
   python -m pax.dist.bisect --good A --bad B [--platform cpu] [options] -- COMMAND...
   (nox: ./noxw -s bisect -- --good 1.3.0 --bad 1.4.0 -- python -c "import jax")
 
-A and B: a release, a lockfile path or GITREV:path (see pax.dist.diff). The search:
+A and B: a release, a lockfile path or GITREV:path (see pax.dist.diff), or `image`: inside a
+pax image, the lock it was built from ($PAX_LOCKFILE). The search:
 
 1. diff the locks into changes and group what must move together: jax, jaxlib, the jax
    plugins and libtpu; each `nvidia-*-cuNN` family; every `--group a,b` the user gives.
@@ -13,10 +14,14 @@ A and B: a release, a lockfile path or GITREV:path (see pax.dist.diff). The sear
    fails `pip check` is skipped (like `git bisect skip`) and a neighbour is tried instead.
 4. check the culprit alone on top of GOOD; if it passes alone, search the groups before it
    for the smallest set that breaks together with it.
+5. with --versions, when one package breaks alone: list the releases the index published
+   between its GOOD and BAD versions (pax.dist.index) and bisect them, each on top of GOOD,
+   to name the first bad release (pre-releases only when an endpoint is one).
 
 Each env is built from one shared, hash-verified wheel cache with `--no-deps` installs, and
 reused between steps (only what differs is reinstalled). COMMAND runs in it (its bin/ first
-on PATH, the repo on PYTHONPATH), with a timeout; exit 0 is good, 125 is skip (as in `git
+on PATH, pax importable: the checkout, or in an image the installed pax alone, on
+PYTHONPATH), with a timeout; exit 0 is good, 125 is skip (as in `git
 bisect run`), anything else (a timeout too) is bad. `--retries N` runs each step up to N+1
 times; the verdict is the strict majority (no majority: skip).
 
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as _dt
+import functools
 import json
 import math
 import os
@@ -40,6 +46,7 @@ import time
 from pathlib import Path
 
 from pax.dist import diff as dist_diff
+from pax.dist import index
 from pax.dist import release as dist_release
 from pax.dist.lockfile import Pin
 from pax.dist.wheelcache import EnvBuilder, WheelCache
@@ -48,6 +55,7 @@ GOOD, BAD, SKIP = "good", "bad", "skip"
 SKIP_EXIT = 125
 _JAX_RE = re.compile(r"^(jax|jaxlib|libtpu|libtpu-nightly|jax-(cuda|rocm)\d*(-\w+)*|jax-tpu.*)$")
 _NVIDIA_RE = re.compile(r"^nvidia-.+-(cu\d+)$")
+_PRE_RELEASE_RE = re.compile(r"\d[._-]?(a|b|c|rc|alpha|beta|pre|preview|dev)", re.I)
 
 
 class BisectError(RuntimeError):
@@ -176,6 +184,7 @@ class Step:
     label: str
     applied: tuple[int, ...]
     verdict: str
+    pin: str = ""  # "name==version" set on top of the applied groups (--versions)
     reason: str = ""
     build_kind: str = ""
     build_seconds: float = 0.0
@@ -221,17 +230,20 @@ def search(states: list[frozenset], evaluate) -> tuple[int, int, list[int]]:
 class Bisector:
     def __init__(self, good: dist_diff.Lock, bad: dist_diff.Lock, groups: list[Group],
                  command: list[str], builder: EnvBuilder, out: Path, retries: int = 0,
-                 timeout: float = 3600.0, cwd: Path | None = None, log=print):
+                 timeout: float = 3600.0, cwd: Path | None = None,
+                 pythonpath: Path | None = None, log=print):
         self.good, self.bad, self.groups = good, bad, groups
         self.command, self.builder, self.out = command, builder, out
         self.retries, self.timeout, self.log = retries, timeout, log
         self.cwd = cwd or Path.cwd()
+        self.pythonpath = str(pythonpath or dist_release.REPO_ROOT)  # COMMAND imports pax
         self.steps: list[Step] = []
-        self.memo: dict[frozenset, Step] = {}
+        self.memo: dict[tuple[frozenset, Pin | None], Step] = {}
         self.builds: list[dict] = []
+        self.culprit: list[int] = []  # group indices, once the search found them
 
     # environments --------------------------------------------------------------------------
-    def pins(self, applied: frozenset) -> dict[str, Pin]:
+    def pins(self, applied: frozenset, override: Pin | None = None) -> dict[str, Pin]:
         pins = dict(self.good.pins)
         for i in applied:
             for change in self.groups[i].changes:
@@ -239,10 +251,14 @@ class Bisector:
                     pins.pop(change.name, None)
                 else:
                     pins[change.name] = change.new
+        if override is not None:
+            pins[override.name] = override
         return pins
 
-    def label(self, applied: frozenset) -> str:
+    def label(self, applied: frozenset, override: Pin | None = None) -> str:
         n = len(self.groups)
+        if override is not None:
+            return f"{self.label(applied)} + {override.name} {override.version}"
         if not applied:
             return "GOOD"
         if len(applied) == n:
@@ -257,7 +273,7 @@ class Bisector:
         bindir = python.parent
         env["VIRTUAL_ENV"] = str(bindir.parent)
         env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
-        env["PYTHONPATH"] = str(dist_release.REPO_ROOT)
+        env["PYTHONPATH"] = self.pythonpath
         return env
 
     def _run_once(self, python: Path, log_file) -> dict:
@@ -280,17 +296,22 @@ class Bisector:
         log_file.write(f"$ {shlex.join(cmd)}  # exit {rc}, {seconds:.1f}s -> {verdict}\n{text}\n")
         return {"rc": rc, "seconds": round(seconds, 3), "verdict": verdict, "tail": text[-2000:]}
 
-    def evaluate(self, applied: frozenset, endpoint: bool = False) -> Step:
-        if applied in self.memo:
-            return self.memo[applied]
+    def evaluate(self, applied: frozenset, endpoint: bool = False,
+                 override: Pin | None = None) -> Step:
+        if (applied, override) in self.memo:
+            return self.memo[applied, override]
         number = len(self.steps) + 1
-        label = self.label(applied)
+        label = self.label(applied, override)
         log_path = self.out / f"step-{number:02d}.log"
+        if override is not None:
+            self.builder.cache.fetch([override])  # a release no lock pins: fetched when tried
         self.log(f"step {number}: {label}: building env")
-        pins = self.pins(applied)
+        pins = self.pins(applied, override)
         build = self.builder.build(pins)
-        step = Step(number, label, tuple(sorted(applied)), SKIP, build_kind=build.kind,
-                    build_seconds=round(build.seconds, 2), log=log_path.name)
+        step = Step(number, label, tuple(sorted(applied)), SKIP,
+                    pin=f"{override.name}=={override.version}" if override else "",
+                    build_kind=build.kind, build_seconds=round(build.seconds, 2),
+                    log=log_path.name)
         self.builds.append({"step": number, "kind": build.kind, "seconds": round(build.seconds, 2),
                             "installed": build.installed, "removed": build.removed})
         with open(log_path, "w") as log_file:
@@ -328,7 +349,7 @@ class Bisector:
                  + (f" ({step.reason})" if step.reason else "")
                  + f"; env {build.kind} {build.seconds:.1f}s" + (f"; {ran}" if ran else ""))
         self.steps.append(step)
-        self.memo[applied] = step
+        self.memo[applied, override] = step
         with open(self.out / "steps.jsonl", "a") as f:
             f.write(json.dumps(step.as_json()) + "\n")
         return step
@@ -365,8 +386,8 @@ class Bisector:
         prefixes = [frozenset(range(k)) for k in range(n + 1)]
         lo, hi, skipped = search(prefixes, self.verdict)
         culprit = list(range(lo, hi))
-        result["last_good"] = self.memo[prefixes[lo]].number
-        result["first_bad"] = self.memo[prefixes[hi]].number
+        result["last_good"] = self.memo[prefixes[lo], None].number
+        result["first_bad"] = self.memo[prefixes[hi], None].number
         if skipped:
             self.log(f"could not separate groups {lo + 1}..{hi}: the states between them "
                      "were skipped; treating them as one culprit")
@@ -390,8 +411,9 @@ class Bisector:
             else:
                 if self.verdict(frozenset(culprit_set)) != BAD:
                     culprit_set = set(range(hi))  # only the whole prefix reproduces
-        result["culprit"] = [self.groups[i].as_json() for i in sorted(culprit_set)]
-        result["culprit_confirmed"] = self.memo.get(frozenset(culprit_set),
+        self.culprit = sorted(culprit_set)
+        result["culprit"] = [self.groups[i].as_json() for i in self.culprit]
+        result["culprit_confirmed"] = self.memo.get((frozenset(culprit_set), None),
                                                     Step(0, "", (), SKIP)).verdict == BAD
         result["interaction"] = len(culprit_set) > len(culprit)
         result["ambiguous"] = len(culprit) > 1 and not result["interaction"] and bool(skipped)
@@ -399,11 +421,88 @@ class Bisector:
         result["bound"] = bound
         return result
 
+    def walk_versions(self, result: dict, published) -> dict:
+        """Within a single culprit package, the first release between GOOD's and BAD's that breaks.
+
+        `published(name) -> {version: hashes}` lists the index's releases. Each candidate is
+        GOOD with the package pinned to one release; a release with no wheel for this platform,
+        or one that fails `pip check`, is skipped.
+        """
+        group = self.groups[self.culprit[0]] if len(self.culprit) == 1 else None
+        if result.get("status") != "found" or result.get("alone") != BAD or group is None:
+            return {"status": "skipped: --versions needs one culprit that breaks alone on GOOD"}
+        if len(group.changes) != 1:
+            return {"status": f"skipped: the culprit is a group of {len(group.changes)} packages "
+                              "that move together; --versions walks one package"}
+        change = group.changes[0]
+        if change.old is None or change.new is None:
+            return {"status": f"skipped: {change.describe()} has no versions in between"}
+        old, new = change.old.version, change.new.version
+        try:
+            listed = published(change.name)
+        except index.IndexUnreadable as err:
+            return {"status": f"skipped: cannot list the releases of {change.name}: {err}"}
+        direction = dist_diff.compare_versions(old, new)  # -1: an upgrade
+        pre_ok = any(_PRE_RELEASE_RE.search(v) for v in (old, new))
+        between = sorted((v for v in listed
+                          if dist_diff.compare_versions(old, v) == direction
+                          and dist_diff.compare_versions(v, new) == direction
+                          and (pre_ok or not _PRE_RELEASE_RE.search(v))),
+                         key=functools.cmp_to_key(dist_diff.compare_versions),
+                         reverse=direction > 0)
+        # State 0 is GOOD (the old release), the last is the culprit alone (the new one).
+        overrides = [None, *(Pin(change.name, v, listed[v]) for v in between), None]
+        alone = frozenset(self.culprit)
+        self.log(f"--versions: {len(between)} release(s) of {change.name} between {old} and "
+                 f"{new} on the index: {', '.join(between) or 'none'}")
+
+        def state(k: int) -> tuple[frozenset, Pin | None]:
+            return (alone if k == len(overrides) - 1 else frozenset()), overrides[k]
+
+        def verdict(k: int) -> str:
+            applied, override = state(k)
+            return self.evaluate(applied, override=override).verdict
+
+        before = len(self.steps)
+        lo, hi, unresolved = search(list(range(len(overrides))), verdict)
+        versions = [old, *between, new]
+        walked = self.steps[before:]
+        return {
+            "status": "ambiguous" if unresolved else "found",
+            "package": change.name, "good": old, "bad": new, "between": between,
+            "last_good": versions[lo], "first_bad": versions[hi],
+            "last_good_step": self.memo[state(lo)].number,
+            "first_bad_step": self.memo[state(hi)].number,
+            "unresolved": [versions[k] for k in unresolved],
+            "skipped": {s.pin.split("==", 1)[1]: s.reason for s in walked if s.verdict == SKIP},
+            "env_builds": len(walked), "bound": math.ceil(math.log2(len(between) + 1)),
+        }
+
 
 # Report -----------------------------------------------------------------------------------
 
 def _tail_lines(text: str, n: int = 8) -> list[str]:
     return [line for line in (text or "").rstrip().splitlines()][-n:]
+
+
+def _versions_lines(walk: dict | None) -> list[str]:
+    if not walk:
+        return []
+    if "package" not in walk:
+        return [f"  --versions {walk['status']}"]
+    name, between = walk["package"], walk["between"]
+    lines = [f"  releases of {name} between {walk['good']} and {walk['bad']} on the index: "
+             f"{', '.join(between) or 'none'} ({walk['env_builds']} env builds, bound "
+             f"ceil(log2 {len(between) + 1}) = {walk['bound']})"]
+    if walk["status"] == "found":
+        lines.append(f"  first bad release: {name} {walk['first_bad']} "
+                     f"(last good: {walk['last_good']}; step {walk['first_bad_step']} vs "
+                     f"{walk['last_good_step']})")
+    else:
+        lines.append(f"  first bad release: {name} {walk['first_bad']} or one of "
+                     f"{', '.join(walk['unresolved'])} before it (skipped; last good: "
+                     f"{walk['last_good']})")
+    return lines
 
 
 def format_report(good: dist_diff.Lock, bad: dist_diff.Lock, bis: Bisector, result: dict,
@@ -438,13 +537,17 @@ def format_report(good: dist_diff.Lock, bad: dist_diff.Lock, bis: Bisector, resu
         else:
             lines.append(f"  alone on top of GOOD: {alone}"
                          + ("" if alone == BAD else "  (does not reproduce alone)"))
+        lines.extend(_versions_lines(result.get("versions")))
     builds = [b for b in bis.builds if b["kind"] != "none"]
     cold = [b["seconds"] for b in builds if b["kind"] == "cold"]
     warm = [b["seconds"] for b in builds if b["kind"] == "warm"]
     n = len(bis.groups)
     bound = result.get("bound") or (math.ceil(math.log2(n)) + 3 if n > 1 else 3)
-    lines.append(f"steps    {len(steps)} env builds (single-culprit bound: ceil(log2 {n}) + 3 = "
-                 f"{bound})"
+    walked = (result.get("versions") or {}).get("env_builds", 0)
+    lines.append(f"steps    {len(steps)} env builds"
+                 + (f": {len(steps) - walked} for the groups" if walked else "")
+                 + f" (single-culprit bound: ceil(log2 {n}) + 3 = {bound})"
+                 + (f", {walked} for the releases" if walked else "")
                  + (f"; cold {sum(cold) / len(cold):.1f}s" if cold else "")
                  + (f", warm {sum(warm) / len(warm):.1f}s on average" if warm else "")
                  + f"; {seconds:.0f}s in all")
@@ -468,6 +571,48 @@ def format_report(good: dist_diff.Lock, bad: dist_diff.Lock, bis: Bisector, resu
 
 # CLI --------------------------------------------------------------------------------------
 
+IMAGE = "image"  # GOOD/BAD name for the lock of the pax image bisect runs in
+
+
+def _default_platform() -> str:
+    platform = os.environ.get("PAX_PLATFORM", "")
+    return platform if platform in dist_release.PLATFORMS else "cpu"
+
+
+def load_lock(spec: str, platform: str) -> dist_diff.Lock:
+    """As pax.dist.diff.load, plus `image`: the lock this pax image was built from."""
+    if spec != IMAGE:
+        return dist_diff.load(spec, platform)
+    path = os.environ.get("PAX_LOCKFILE")
+    if not path:
+        raise dist_diff.LockSpecError(
+            "`image` is the lock of the pax image bisect runs in ($PAX_LOCKFILE), which is not "
+            "set here: run inside a pax image, or name a release or a lockfile")
+    lock = dist_diff.load(path, platform)
+    name = os.environ.get("PAX_IMAGE")
+    return dataclasses.replace(lock, label=f"image {name} ({path})" if name else f"image ({path})")
+
+
+def checkout() -> Path | None:
+    """The source checkout pax runs from; None when pax is installed (as in an image)."""
+    root = dist_release.REPO_ROOT
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def import_root(folder: Path) -> Path:
+    """A PYTHONPATH entry that lets COMMAND import pax in any candidate: the checkout, else
+    `folder` holding only a link to the installed pax (its site-packages would shadow the
+    candidate's packages)."""
+    root = checkout()
+    if root is not None:
+        return root
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / "pax"
+    if not link.exists():
+        link.symlink_to(Path(__file__).resolve().parents[1], target_is_directory=True)
+    return folder
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     if "--" in argv:
         cut = argv.index("--")
@@ -478,17 +623,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         prog="pax.dist.bisect",
         usage="%(prog)s --good A --bad B [--platform cpu] [options] -- COMMAND...",
         description="Find the package change between two lockfiles that breaks COMMAND.")
-    parser.add_argument("--good", required=True, help="release, lockfile path or GITREV:path")
-    parser.add_argument("--bad", required=True, help="release, lockfile path or GITREV:path")
-    parser.add_argument("--platform", default="cpu", choices=dist_release.PLATFORMS)
+    parser.add_argument("--good", required=True,
+                        help="release, lockfile path, GITREV:path, or `image` ($PAX_LOCKFILE)")
+    parser.add_argument("--bad", required=True,
+                        help="release, lockfile path, GITREV:path, or `image` ($PAX_LOCKFILE)")
+    parser.add_argument("--platform", default=_default_platform(), choices=dist_release.PLATFORMS,
+                        help="which lock of a release (default: $PAX_PLATFORM, else cpu)")
     parser.add_argument("--group", action="append", default=[], metavar="A,B",
                         help="packages that must move together (repeatable)")
     parser.add_argument("--retries", type=int, default=0, metavar="N",
                         help="run each step up to N+1 times; the verdict is the majority")
     parser.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                         help="per run of COMMAND; a timeout counts as bad (default 3600)")
-    parser.add_argument("--out", type=Path, help="output folder (default runs/bisect/<time>)")
-    parser.add_argument("--cache", type=Path, help="wheel cache (default .venv/bisect/wheels)")
+    parser.add_argument("--out", type=Path, help="output folder (default runs/bisect/<time>, "
+                        "under the checkout, else under the current folder)")
+    parser.add_argument("--cache", type=Path, help="wheel cache (default .venv/bisect/wheels, "
+                        "likewise)")
     parser.add_argument("--env", type=Path, help="the working venv (default OUT/env)")
     parser.add_argument("--keep-env", action="store_true", help="keep the venv at the end")
     parser.add_argument("--installer", choices=("pip", "uv"), default="pip")
@@ -496,14 +646,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--find-links", action="append", default=[], metavar="DIR",
                         help="fetch wheels from this folder (with --no-index: only from it)")
     parser.add_argument("--no-index", action="store_true")
-    parser.add_argument("--versions", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--versions", action="store_true",
+                        help="then, within a single culprit package, bisect the releases the "
+                             "index published between its GOOD and BAD versions")
     args = parser.parse_args(argv)
     if not command:
         parser.error("name the COMMAND after `--`, e.g. -- python -c 'import jax'")
     if args.retries < 0:
         parser.error("--retries must be 0 or more")
-    if args.versions:
-        parser.error("--versions is not implemented yet")
     args.command = command
     return args
 
@@ -516,12 +666,12 @@ def main(argv: list[str] | None = None, log=None) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     try:
-        good = dist_diff.load(args.good, args.platform)
-        bad = dist_diff.load(args.bad, args.platform)
+        good = load_lock(args.good, args.platform)
+        bad = load_lock(args.bad, args.platform)
     except dist_diff.LockSpecError as err:
         print(f"bisect: {err}", file=sys.stderr)
         return 2
-    root = dist_release.REPO_ROOT
+    root = checkout() or Path.cwd()
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = (args.out or root / "runs" / "bisect" / stamp).resolve()
     if out.exists() and any(out.iterdir()):
@@ -529,26 +679,34 @@ def main(argv: list[str] | None = None, log=None) -> int:
               file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
+    find_links = [d if "://" in d else str(Path(d).resolve()) for d in args.find_links]
     index_args = (["--index-url", args.index_url] if args.index_url else []) + \
-        [a for d in args.find_links for a in ("--find-links", str(Path(d).resolve()))] + \
+        [a for d in find_links for a in ("--find-links", d)] + \
         (["--no-index"] if args.no_index else [])
     started = time.monotonic()
     changes = dist_diff.diff(good.pins, bad.pins)
     cache = WheelCache((args.cache or root / ".venv" / "bisect" / "wheels").resolve(),
                        index_args, log=log)
-    cache.fetch(sorted({*good.pins.values(), *bad.pins.values()}, key=lambda p: p.name))
-    groups = order_groups(make_groups(changes, [g.split(",") for g in args.group], log=log),
-                          cache.requires)
     try:
         builder = EnvBuilder((args.env or out / "env").resolve(), cache, args.installer, log=log)
-    except RuntimeError as err:
+        cache.fetch(sorted({*good.pins.values(), *bad.pins.values()}, key=lambda p: p.name))
+    except RuntimeError as err:  # no installer to be had
         print(f"bisect: {err}", file=sys.stderr)
+        out.rmdir()  # still empty: nothing half-written
         return 2
+    groups = order_groups(make_groups(changes, [g.split(",") for g in args.group], log=log),
+                          cache.requires)
+    pythonpath = out / ".pythonpath"
     bis = Bisector(good, bad, groups, args.command, builder, out, retries=args.retries,
-                   timeout=args.timeout, log=log)
+                   timeout=args.timeout, pythonpath=import_root(pythonpath), log=log)
     try:
         result = bis.run()
+        if args.versions:
+            result["versions"] = bis.walk_versions(result, functools.partial(
+                index.published, index_url=args.index_url, find_links=find_links,
+                no_index=args.no_index))
     finally:
+        shutil.rmtree(pythonpath, ignore_errors=True)
         if not args.keep_env:
             builder.discard()
     seconds = time.monotonic() - started

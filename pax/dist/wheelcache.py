@@ -7,13 +7,15 @@ every wheel installed `--no-deps`); later builds reuse the venv and only uninsta
 what differs, then check installed == pins and run `pip check`.
 
 The venvs hold no pip: a pip from outside drives them with `pip --python` (`pip_python()`
-finds one). `installer="uv"` uses `uv pip` instead, when uv is on PATH.
+finds one, or makes one with ensurepip, as inside a pax image). `installer="uv"` uses
+`uv pip` instead, when uv is on PATH.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -32,18 +34,35 @@ from pax.dist.venv import installed_versions, pip_env
 _REQ_NAME_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
+@functools.cache
 def pip_python() -> str:
-    """An interpreter that has pip: this one, else the tools venv's (release envs have none)."""
+    """An interpreter that has pip: this one, the tools venv's, a python3 on PATH or the base
+    one; else a small venv made once with the base interpreter's ensurepip (a pax image's
+    runtime venv, like Debian's python3, has no pip; its base python has ensurepip)."""
     if importlib.util.find_spec("pip") is not None:
         return sys.executable
     tools = REPO_ROOT / ".tools" / "venv" / "bin" / "python"
     if tools.exists():
         return str(tools)
-    for name in ("python3.11", "python3"):
-        found = shutil.which(name)
-        if found and subprocess.run([found, "-c", "import pip"], capture_output=True).returncode == 0:
+
+    def has_pip(python) -> bool:
+        return subprocess.run([python, "-c", "import pip"], capture_output=True).returncode == 0
+
+    for found in (shutil.which("python3.11"), shutil.which("python3"), base_python()):
+        if found and has_pip(found):
             return found
-    raise RuntimeError("no pip found: run through ./noxw (its tools venv has pip)")
+    venv = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pax" / "pip-venv"
+    python = str(venv / "bin" / "python")
+    if not (Path(python).exists() and has_pip(python)):
+        shutil.rmtree(venv, ignore_errors=True)
+        made = subprocess.run([base_python(), "-m", "venv", str(venv)], capture_output=True,
+                              text=True)
+        if made.returncode != 0:
+            shutil.rmtree(venv, ignore_errors=True)
+            raise RuntimeError("no pip found, and `python3 -m venv` cannot make one ("
+                               + (_tail(made.stderr + made.stdout, 1) or "ensurepip failed")
+                               + "): run through ./noxw, or install python3-venv")
+    return python
 
 
 @functools.cache
@@ -235,8 +254,10 @@ class EnvBuilder:
         started = time.monotonic()
         missing = [f"{p.name}=={p.version}" for p in pins.values() if self.cache.path(p) is None]
         if missing:
+            why = "; ".join(self.cache.missing[m] for m in missing if m in self.cache.missing)
             return Build(False, None, "none", 0.0,
-                         error=f"no wheel in the cache for {', '.join(sorted(missing))}")
+                         error=f"no wheel in the cache for {', '.join(sorted(missing))}"
+                         + (f" ({why})" if why else ""))
         kind = "warm" if self.current is not None and self.python.exists() else "cold"
         if kind == "cold":
             self.discard()

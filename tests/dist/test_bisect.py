@@ -36,7 +36,7 @@ CHECK = textwrap.dedent("""\
     sys.exit(1 if broken else 0)
 """)
 
-# name -> {version: (body, requires)}
+# name -> {version: (body, requires[, wheel tag])}
 PACKAGES = {
     **{f"p{i:02d}": {"1.0": ("", ()), "1.1": ("BROKEN = True" if i == 13 else "", ())}
        for i in range(22)},
@@ -54,6 +54,11 @@ PACKAGES = {
     "m-user": {"1": ("", ("m-core<2",)), "2": ("", ("m-core>=2",))},
     **{f"z{i:02d}": {"1": ("", ()), "2": ("BROKEN = True" if i == 2 else "", ())}
        for i in range(4)},
+    # --versions: releases 1.1..1.7 between 1.0 and 2.0; the break comes with 1.6; 1.3 fails
+    # pip check, 1.4 has no wheel for Python 3; 1.6rc1 is a pre-release (not walked).
+    "vpkg": {"1.0": ("", ()), "1.1": ("", ()), "1.2": ("", ()), "1.3": ("", ("m-core>=5",)),
+             "1.4": ("", (), "py2-none-any"), "1.5": ("", ()), "1.6rc1": ("BROKEN = True", ()),
+             **{v: ("BROKEN = True", ()) for v in ("1.6", "1.7", "2.0")}},
 }
 
 
@@ -61,8 +66,8 @@ PACKAGES = {
 def index(tmp_path_factory):
     folder = tmp_path_factory.mktemp("index")
     for name, versions in PACKAGES.items():
-        for version, (body, requires) in versions.items():
-            build_wheel(folder, name, version, body, requires)
+        for version, spec in versions.items():
+            build_wheel(folder, name, version, *spec)
     (folder.parent / "check.py").write_text(CHECK)
     return folder
 
@@ -158,6 +163,38 @@ def test_flaky_command_with_retries(tmp_path, index, cache, monkeypatch):
     assert any(s["reason"].startswith("flaky") for s in report["steps"])
 
 
+def test_versions_names_the_first_bad_release(tmp_path, index, cache):
+    good, bad = {"vpkg": "1.0", "q00": "1.0"}, {"vpkg": "2.0", "q00": "1.0"}
+    rc, report, text = run_bisect(tmp_path, index, cache, good, bad, "--versions")
+    assert rc == 0, text
+    assert culprit_names(report) == ["vpkg"]
+    walk = report["versions"]
+    assert walk["between"] == ["1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7"]
+    assert (walk["status"], walk["last_good"], walk["first_bad"]) == ("found", "1.5", "1.6")
+    assert "pip check failed" in walk["skipped"]["1.3"]
+    assert "no wheel" in walk["skipped"]["1.4"]
+    # ceil(log2 8) = 3 probes, plus one for each skipped release
+    assert walk["env_builds"] <= walk["bound"] + len(walk["skipped"]) == 5
+    pinned = [s["pin"] for s in report["steps"] if s["pin"]]
+    assert len(pinned) == walk["env_builds"] and "vpkg==1.6" in pinned
+    assert "first bad release: vpkg 1.6 (last good: 1.5;" in text
+
+
+def test_versions_needs_one_package_that_breaks_alone():
+    changes = [change("jax", "0.1", "0.2"), change("jaxlib", "0.1", "0.2"), change("q00", "1", "2")]
+    groups = bisect.make_groups(changes)
+    lock = diff.Lock("x", {}, "")
+    bis = bisect.Bisector(lock, lock, groups, ["true"], None, None, log=lambda m: None)
+    found = {"status": "found", "alone": "bad"}
+    bis.culprit = [0]  # jax + jaxlib
+    walk = bis.walk_versions(found, published=lambda name: {})
+    assert walk["status"].startswith("skipped: the culprit is a group of 2 packages")
+    assert bisect._versions_lines(walk) == [f"  --versions {walk['status']}"]
+    bis.culprit = [1]
+    assert "one culprit that breaks alone" in bis.walk_versions(
+        {**found, "alone": "good"}, published=lambda name: {})["status"]
+
+
 def test_endpoints_that_do_not_reproduce(tmp_path, index, cache):
     good = {"q00": "1.0", "q01": "1.0"}
     bad = {"q00": "2.0", "q01": "2.0"}
@@ -224,6 +261,49 @@ def test_majority():
     assert bisect.majority(["good", "bad"], 3) is None
     assert bisect.majority(["good", "bad", "bad"], 3) == "bad"
     assert bisect.majority(["good", "bad"], 2) is None
+
+
+def test_index_lists_wheels_of_a_folder_and_a_simple_index(tmp_path, index):
+    from pax.dist import index as dist_index
+    from pax.dist.lockfile import sha256_file
+    in_folder = dist_index.published("VPKG", find_links=[str(index)], no_index=True)
+    assert sorted(in_folder) == ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.6rc1",
+                                 "1.7", "2.0"]
+    wheel = index / "vpkg-1.5-py3-none-any.whl"
+    assert in_folder["1.5"] == (f"sha256:{sha256_file(wheel)}",)
+    page = tmp_path / "simple" / "vpkg"  # PEP 503: hashes in the links, yanked files left out
+    page.mkdir(parents=True)
+    page.joinpath("index.html").write_text(
+        '<a href="../../f/vpkg-1.0-py3-none-any.whl#sha256=aa">vpkg-1.0</a>'
+        '<a href="../../f/vpkg-1.1-py3-none-any.whl#sha256=bb" data-yanked="">vpkg-1.1</a>'
+        '<a href="../../f/vpkg-1.2.tar.gz#sha256=cc">vpkg-1.2.tar.gz</a>'
+        '<a href="../../f/vpkg-1.3-py3-none-any.whl">vpkg-1.3</a>'
+        '<a href="../../f/other-1.4-py3-none-any.whl#sha256=dd">other</a>')
+    listed = dist_index.published("vpkg", index_url=(tmp_path / "simple").as_uri())
+    assert listed == {"1.0": ("sha256:aa",), "1.3": ()}
+
+
+def test_image_lock_and_installed_pax(tmp_path, index, monkeypatch, capsys):
+    """`image` is $PAX_LOCKFILE; an installed pax reaches COMMAND alone, not its site-packages."""
+    import subprocess
+    import sys
+
+    lock = write_lock(tmp_path / "lock.txt", {"q00": "1.0"}, index)
+    monkeypatch.setenv("PAX_LOCKFILE", str(lock))
+    monkeypatch.setenv("PAX_IMAGE", "pax:9.9-tpu")
+    loaded = bisect.load_lock("image", "tpu")
+    assert loaded.label == f"image pax:9.9-tpu ({lock})" and list(loaded.pins) == ["q00"]
+    monkeypatch.delenv("PAX_LOCKFILE")
+    assert bisect.main(["--good", "image", "--bad", str(lock), "--", "true"]) == 2
+    assert "$PAX_LOCKFILE" in capsys.readouterr().err
+
+    monkeypatch.setattr(bisect, "checkout", lambda: None)
+    root = bisect.import_root(tmp_path / "path")
+    assert sorted(p.name for p in root.iterdir()) == ["pax"]
+    out = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]);"
+                          " import pax.dist.lockfile as m; print(m.__file__)", str(root)],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.startswith(str(root / "pax"))
 
 
 def test_usage_errors_exit_2(capsys):

@@ -12,8 +12,10 @@ def _record_hash(data: bytes) -> str:
 
 
 def build_wheel(folder: Path, name: str, version: str, body: str = "",
-                requires: tuple[str, ...] = ()) -> Path:
-    """A pure-Python wheel holding module `name` (dashes -> underscores) with VERSION and body."""
+                requires: tuple[str, ...] = (), tag: str = "py3-none-any") -> Path:
+    """A pure-Python wheel holding module `name` (dashes -> underscores) with VERSION and body.
+
+    A `tag` other than py3-none-any (say py2-none-any) makes a wheel no Python 3 installs."""
     module = name.replace("-", "_")
     dist = f"{module}-{version}"
     files = {
@@ -21,12 +23,12 @@ def build_wheel(folder: Path, name: str, version: str, body: str = "",
         f"{dist}.dist-info/METADATA": "Metadata-Version: 2.1\n"
         f"Name: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires),
         f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: pax-tests\n"
-        "Root-Is-Purelib: true\nTag: py3-none-any\n",
+        f"Root-Is-Purelib: true\nTag: {tag}\n",
     }
     record = [f"{path},{_record_hash(text.encode())},{len(text.encode())}"
               for path, text in files.items()]
     files[f"{dist}.dist-info/RECORD"] = "\n".join(record + [f"{dist}.dist-info/RECORD,,"]) + "\n"
-    path = Path(folder) / f"{dist}-py3-none-any.whl"
+    path = Path(folder) / f"{dist}-{tag}.whl"
     with zipfile.ZipFile(path, "w") as zf:
         for arc, text in files.items():
             info = zipfile.ZipInfo(arc, date_time=(2020, 1, 1, 0, 0, 0))
