@@ -152,6 +152,15 @@ def publish(session: nox.Session) -> None:
     _images(session, "publish", "RELEASE tpu|gpu --registry HOST:PORT")
 
 
+@nox.session(venv_backend="none")
+def cluster(session: nox.Session) -> None:
+    """JobSet or Slurm script for the images: `cluster -- RELEASE tpu|gpu|slurm --exp=NAME [-o F]`."""
+    from pax.dist import cluster as dist_cluster  # noqa: PLC0415  (stdlib + pax.experiments)
+
+    if dist_cluster.main(list(session.posargs)):
+        session.error("cluster: nothing written")
+
+
 # Lockfile diff and dependency bisect. The logic lives in pax.dist.diff and pax.dist.bisect.
 @nox.session(venv_backend="none")
 def diff(session: nox.Session) -> None:

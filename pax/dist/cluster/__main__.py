@@ -1,0 +1,5 @@
+import sys
+
+from pax.dist.cluster import main
+
+sys.exit(main())
