@@ -283,6 +283,15 @@ def test_unknown_release_is_named_with_the_known_ones(capsys):
     assert "unknown release '9.9.9'; known releases: " in capsys.readouterr().err
 
 
+def test_installed_package_takes_any_version(monkeypatch, tmp_path):
+    # Installed (e.g. inside an image) there is no releases/ to check the version against.
+    monkeypatch.setattr(cluster.dist_release, 'releases_dir', lambda: tmp_path / 'none')
+    *_, container = _jobset(cluster.render('v1.5.0', 'gpu', 'C4Spmd16BAdam32Replicas'))
+    assert container['image'] == 'pax:1.5.0-gpu'
+    with pytest.raises(UsageError, match="bad release 'latest'"):
+        cluster.render('latest', 'gpu', 'C4Spmd16BAdam32Replicas')
+
+
 def test_renderer_runs_without_jax_and_ships_its_templates():
     code = ('import sys; from pax.dist import cluster; '
             'cluster.render("1.4.0", "slurm", "C4Spmd16BAdam32Replicas"); '

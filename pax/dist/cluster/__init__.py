@@ -138,7 +138,9 @@ def render(release: str, target: str, exp: str, sets: list[str] = (), *, hosts: 
             release = dist_release.resolve(release).version
         except dist_release.UnknownRelease as err:
             raise UsageError(str(err)) from None
-    elif not dist_release.looks_like_release(release):  # an installed package: a version
+    elif re.fullmatch(r"[vr]?\d+(\.\d+)*", release):  # an installed package: a version
+        release = release.lstrip("vr")
+    else:
         raise UsageError(f"bad release {release!r}: write a version, e.g. 1.4.0")
     registered = experiments.get(exp)
     exp = experiments.name_of(registered)
