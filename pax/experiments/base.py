@@ -4,6 +4,7 @@ Derive an experiment by subclassing and overriding attributes, as in Pax. Defaul
 Transformer LM defaults (vocab 32000, pre-LN, fused QKV, logit caps 30/50, Adam with
 β1 0.9, β2 0.99, clip 5.0, linear-rampup exponential decay).
 """
+import os
 from typing import Optional
 
 from pax.experiments import config
@@ -27,6 +28,7 @@ class BaseExperiment:
   USE_REPEATED_LAYER = True
   REMAT_POLICY = 'none'
   FPROP_DTYPE = 'float32'
+  USE_FP8 = False  # FP8 (e4m3/e5m2, delayed scaling) projections and FFN matmuls
 
   # Optimizer.
   OPTIMIZER = 'adam'
@@ -63,7 +65,9 @@ class BaseExperiment:
 
   # Data.
   DATA_SOURCE = 'synthetic'
-  DATA_DIR: Optional[str] = None
+  DATA_DIR: Optional[str] = None  # C4 shards; --data_dir or $C4_DATA_DIR when None
+  TOKENIZER_PATH: Optional[str] = None  # a SentencePiece .model; None: byte-level
+  BAD_RECORD_POLICY = 'stop'  # or 'skip': skip unreadable C4 records and count them
 
   def task(self) -> config.TaskConfig:
     dims_per_head = self.DIMS_PER_HEAD or self.MODEL_DIMS // self.NUM_HEADS
@@ -84,6 +88,7 @@ class BaseExperiment:
         use_repeated_layer=self.USE_REPEATED_LAYER,
         remat_policy=self.REMAT_POLICY,
         activation_dtype=self.FPROP_DTYPE,
+        use_fp8=self.USE_FP8,
     )
     optimizer = config.OptimizerConfig(
         kind=self.OPTIMIZER,
@@ -125,7 +130,8 @@ class BaseExperiment:
   def datasets(self) -> list[config.DatasetConfig]:
     """The training split first, then the eval splits."""
     common = dict(source=self.DATA_SOURCE, seq_len=self.SEQ_LEN, seed=self.SEED,
-                  data_dir=self.DATA_DIR)
+                  data_dir=self.DATA_DIR or os.environ.get('C4_DATA_DIR'),
+                  tokenizer_path=self.TOKENIZER_PATH, bad_record_policy=self.BAD_RECORD_POLICY)
     return [
         config.DatasetConfig(name='train', is_training=True, **common),
         config.DatasetConfig(name=self.DATA_SOURCE, is_training=False, **common),

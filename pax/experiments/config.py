@@ -27,6 +27,7 @@ class ModelConfig:
   activation_dtype: str = 'float32'
   param_dtype: str = 'float32'
   norm_epsilon: float = 1e-6
+  use_fp8: bool = False  # FP8 attention projections and FFN matmuls (pax.models.fp8)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +90,8 @@ class DatasetConfig:
   seq_len: int
   seed: int
   data_dir: Optional[str] = None
+  tokenizer_path: Optional[str] = None  # SentencePiece model; None: byte-level
+  bad_record_policy: str = 'stop'  # 'stop' | 'skip' (count) unreadable records
 
 
 def to_dict(config) -> dict:
