@@ -51,7 +51,12 @@ def pip_python() -> str:
     for found in (shutil.which("python3.11"), shutil.which("python3"), base_python()):
         if found and has_pip(found):
             return found
-    venv = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pax" / "pip-venv"
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pax"
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a home that is not ours (a container run with --user UID): a private one
+        home = Path(tempfile.mkdtemp(prefix="pax-pip-"))
+    venv = home / "pip-venv"
     python = str(venv / "bin" / "python")
     if not (Path(python).exists() and has_pip(python)):
         shutil.rmtree(venv, ignore_errors=True)

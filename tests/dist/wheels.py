@@ -1,10 +1,62 @@
-"""Tiny wheels built on the fly (zipfile only), and pip-compile-style lockfiles over them."""
+"""Tiny wheels built on the fly (zipfile only), and pip-compile-style lockfiles over them.
+
+Also the bisect scenario over them: PACKAGES, and CHECK, the COMMAND (`python check.py`),
+which fails when an installed module says BROKEN, or when modules carrying tokens x and y
+are installed together (an interaction). `build_index` writes both.
+"""
 from __future__ import annotations
 
 import base64
 import hashlib
+import textwrap
 import zipfile
 from pathlib import Path
+
+CHECK = textwrap.dedent("""\
+    import importlib, importlib.metadata as md, os, sys
+    tokens = set()
+    for dist in sorted(md.distributions(), key=lambda d: d.metadata["Name"]):
+        mod = importlib.import_module(dist.metadata["Name"].replace("-", "_"))
+        tokens |= set(getattr(mod, "TOKENS", ()))
+        if getattr(mod, "BROKEN", False):
+            print(f"{dist.metadata['Name']} {dist.version} is broken")
+            sys.exit(1)
+    broken = {"x", "y"} <= tokens
+    counter = os.environ.get("FLAKY_COUNTER")
+    if counter:  # every third run anywhere in the bisect flips its verdict
+        n = int(open(counter).read() or 0) + 1 if os.path.exists(counter) else 1
+        open(counter, "w").write(str(n))
+        if n % 3 == 0:
+            broken = not broken
+            print("flake!")
+    print("x and y together break" if broken else f"ok ({len(tokens)} tokens)")
+    sys.exit(1 if broken else 0)
+""")
+
+# name -> {version: (body, requires[, wheel tag])}
+PACKAGES = {
+    **{f"p{i:02d}": {"1.0": ("", ()), "1.1": ("BROKEN = True" if i == 13 else "", ())}
+       for i in range(22)},
+    "gone": {"1.0": ("", ())},
+    "fresh": {"1.0": ("", ())},
+    "jax": {"0.1": ("", ()), "0.2": ("", ())},
+    "jaxlib": {"0.1": ("", ()), "0.2": ("", ())},
+    "libtpu": {"0.1": ("", ()), "0.2": ("BROKEN = True", ())},
+    **{f"q{i:02d}": {"1.0": ("", ()), "2.0": ("", ())} for i in range(6)},
+    "alpha": {"1": ("", ()), "2": ("TOKENS = {'x'}", ())},
+    "beta": {"1": ("", ()), "2": ("TOKENS = {'y'}", ())},
+    **{f"r{i:02d}": {"1": ("", ()), "2": ("", ())} for i in range(8)},
+    **{f"a{i:02d}": {"1": ("", ()), "2": ("", ())} for i in range(3)},
+    "m-core": {"1": ("", ()), "2": ("", ())},
+    "m-user": {"1": ("", ("m-core<2",)), "2": ("", ("m-core>=2",))},
+    **{f"z{i:02d}": {"1": ("", ()), "2": ("BROKEN = True" if i == 2 else "", ())}
+       for i in range(4)},
+    # --versions: releases 1.1..1.7 between 1.0 and 2.0; the break comes with 1.6; 1.3 fails
+    # pip check, 1.4 has no wheel for Python 3; 1.6rc1 is a pre-release (not walked).
+    "vpkg": {"1.0": ("", ()), "1.1": ("", ()), "1.2": ("", ()), "1.3": ("", ("m-core>=5",)),
+             "1.4": ("", (), "py2-none-any"), "1.5": ("", ()), "1.6rc1": ("BROKEN = True", ()),
+             **{v: ("BROKEN = True", ()) for v in ("1.6", "1.7", "2.0")}},
+}
 
 
 def _record_hash(data: bytes) -> str:
@@ -48,3 +100,12 @@ def write_lock(path: Path, pins: dict[str, str], index: Path) -> Path:
         lines.append(f"{name}=={pins[name]} \\\n    --hash=sha256:{sha256(wheel)}")
     Path(path).write_text("\n".join(lines) + "\n")
     return Path(path)
+
+
+def build_index(folder: Path) -> Path:
+    """Every wheel of PACKAGES in `folder`, and CHECK beside it as `folder/../check.py`."""
+    for name, versions in PACKAGES.items():
+        for version, spec in versions.items():
+            build_wheel(folder, name, version, *spec)
+    (Path(folder).parent / "check.py").write_text(CHECK)
+    return Path(folder)
