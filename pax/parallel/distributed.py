@@ -1,7 +1,9 @@
 """Multi-process JAX: one process per host, joined through a coordinator.
 
 Two ways in: Pax's multiprocess flags (--server_addr, --num_hosts, --host_idx), or, without
-them, the cluster jax detects itself (TPU pod slices, Slurm steps, Open MPI, Kubernetes Jobs).
+them, the cluster jax detects itself: TPU pod slices, Slurm steps and Open MPI (there jax gives
+each process one GPU, so launch one task per GPU), Kubernetes Jobs where the `kubernetes`
+package is installed (the images leave it out; their GPU JobSet passes the flags).
 """
 from typing import Optional
 
