@@ -1,15 +1,19 @@
 """Orbax checkpointing in Pax's layout: <job_dir>/checkpoints/checkpoint_<8-digit step>/state.
 
-Each checkpoint is a Composite so later items (the input iterator's state) slot in beside
-`state` without changing the layout. Orbax writes to a temporary directory and renames it when
-complete, so a checkpoint cut off mid-write is never listed as a step.
+Each checkpoint is a Composite: `state` (the train state) and, for inputs that are streams (C4),
+`data`: the input iterator's position, one JSON file per process written by grain's orbax
+handler. Checkpoints without `data` still restore. Orbax writes to a temporary directory and
+renames it when complete, so a checkpoint cut off mid-write is never listed as a step.
 """
 import os
 import shutil
 from typing import Optional
 
+import jax
 import orbax.checkpoint as ocp
 from absl import logging
+
+from pax.errors import UsageError
 
 STEP_PREFIX = 'checkpoint'
 STEP_DIGITS = 8
@@ -41,8 +45,9 @@ class Checkpointer:
   def all_steps(self) -> list[int]:
     return list(self._manager.all_steps())
 
-  def save(self, step: int, state) -> bool:
-    """Starts saving `state` as step `step` (asynchronously unless configured otherwise).
+  def save(self, step: int, state, data=None) -> bool:
+    """Starts saving `state` as step `step` (asynchronously unless configured otherwise), with
+    the input iterator `data` (get_state/set_state, as grain's) when given.
 
     A failure of this save, or of the previous asynchronous one, raises CheckpointError:
     a run must not go on without checkpoints.
@@ -53,8 +58,10 @@ class Checkpointer:
       # Orbax silently skips a save requested while the previous one is still being written;
       # every save asked for here must happen, so wait for that one first.
       self._manager.wait_until_finished()
-      return self._manager.save(
-          step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)), force=True)
+      items = {'state': ocp.args.StandardSave(state)}
+      if data is not None:
+        items['data'] = _grain_checkpoint().CheckpointSave(data)
+      return self._manager.save(step, args=ocp.args.Composite(**items), force=True)
     except Exception as e:  # orbax re-raises background write errors of any type here
       raise self._write_error(step, e) from e
 
@@ -67,31 +74,46 @@ class Checkpointer:
                            f'{step} ({type(error).__name__}: {error}); {kept}; free space or fix '
                            'permissions there and rerun the same command to resume')
 
-  def restore_latest(self, abstract_state):
-    """(step, state) of the newest checkpoint that restores, or (None, None).
+  def restore_latest(self, abstract_state, data=None):
+    """(step, state) of the newest checkpoint that restores, or (None, None); `data`, an input
+    iterator, is set to the position saved with it.
 
     A damaged checkpoint (truncated or corrupted files) is moved aside to
     <job_dir>/checkpoints_damaged/, reported in one line, and the previous one is tried.
     """
     for step in sorted(self.all_steps(), reverse=True):
+      if data is not None:
+        self._check_data(step)
       try:
-        return step, self.restore(step, abstract_state)
+        return step, self.restore(step, abstract_state, data)
       except Exception as e:  # tensorstore, orbax and json raise many types on damaged data
-        name = f'{STEP_PREFIX}_{step:0{STEP_DIGITS}d}'
-        aside = os.path.join(os.path.dirname(self.directory), SET_ASIDE_DIR, name)
-        os.makedirs(os.path.dirname(aside), exist_ok=True)
-        shutil.move(os.path.join(self.directory, name), aside)
+        set_aside(self.directory, step, e)
         self._manager.reload()
-        logging.error('checkpoint %s is damaged (%s: %s); moved to %s; trying the previous one',
-                      name, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else '',
-                      aside)
     return None, None
 
-  def restore(self, step: int, abstract_state):
-    """The state at `step`, placed by the shardings in abstract_state's ShapeDtypeStructs."""
-    restored = self._manager.restore(
-        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
+  def restore(self, step: int, abstract_state, data=None):
+    """The state at `step`, placed by the shardings in abstract_state's ShapeDtypeStructs;
+    `data` (an input iterator) is set to its saved position where the checkpoint has one."""
+    items = {'state': ocp.args.StandardRestore(abstract_state)}
+    if data is not None and os.path.isdir(self._data_dir(step)):
+      items['data'] = _grain_checkpoint().CheckpointRestore(data)
+    restored = self._manager.restore(step, args=ocp.args.Composite(**items))
     return restored['state']
+
+  def _data_dir(self, step: int) -> str:
+    return os.path.join(self.directory, f'{STEP_PREFIX}_{step:0{STEP_DIGITS}d}', 'data')
+
+  def _check_data(self, step: int) -> None:
+    """An input position saved by another number of processes is a usage error, not damage."""
+    directory = self._data_dir(step)
+    if not os.path.isdir(directory):
+      return
+    mine = f'process_{jax.process_index()}-of-{jax.process_count()}.json'
+    if not os.path.isfile(os.path.join(directory, mine)):
+      found = sorted(os.listdir(directory))
+      raise UsageError(f'{directory} holds the input position of another set of processes '
+                       f'({", ".join(found[:3])}{", ..." if len(found) > 3 else ""}), not {mine}; '
+                       'resume with the number of processes that wrote it')
 
   def close(self) -> None:
     """Waits for the last save to finish; raises CheckpointError if it failed."""
@@ -101,3 +123,24 @@ class Checkpointer:
       raise self._write_error(self._manager.latest_step() or 0, e) from e
     finally:
       self._manager.close()
+
+
+def step_name(step: int) -> str:
+  return f'{STEP_PREFIX}_{step:0{STEP_DIGITS}d}'
+
+
+def set_aside(directory: str, step: int, error: Exception) -> None:
+  """Moves a damaged checkpoint to <job_dir>/checkpoints_damaged/ and says so in one line."""
+  name = step_name(step)
+  aside = os.path.join(os.path.dirname(directory), SET_ASIDE_DIR, name)
+  os.makedirs(os.path.dirname(aside), exist_ok=True)
+  shutil.move(os.path.join(directory, name), aside)
+  logging.error('checkpoint %s is damaged (%s: %s); moved to %s; trying the previous one',
+                name, type(error).__name__, str(error).splitlines()[0][:200] if str(error) else '',
+                aside)
+
+
+def _grain_checkpoint():
+  """grain's orbax handler (per-process JSON files); imported only for stream inputs (C4)."""
+  from grain import checkpoint  # pylint: disable=g-import-not-at-top
+  return checkpoint

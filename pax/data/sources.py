@@ -1,11 +1,14 @@
 """Data sources and the batches drawn from them.
 
-A batch is a pure function of (seed, index): batch `step` of a training split is the same on
-every run, every host and after every resume, so resuming needs no iterator state. Each process
-builds only its own rows of the global batch.
+For the embedded corpus and synthetic data a batch is a pure function of (seed, index): batch
+`step` of a training split is the same on every run, every host and after every resume, so
+resuming needs no iterator state. C4 (pax.data.c4) is a stream whose position is checkpointed.
+Each process builds only its own rows of the global batch.
 """
+import jax
 import numpy as np
 
+from pax.data import tokenizers
 from pax.data.tokenizers import ByteTokenizer
 from pax.errors import UsageError
 from pax.experiments.config import DatasetConfig
@@ -69,7 +72,14 @@ def build(config: DatasetConfig, vocab_size: int):
     return SyntheticDataset(vocab_size, config.seq_len,
                             config.seed if config.is_training else config.seed + 1)
   if config.source == 'c4':
-    raise UsageError('DATA_SOURCE=c4 needs the C4 reader, which this build does not have yet; '
-                     'train on the embedded corpus or synthetic data: --set DATA_SOURCE=embedded '
-                     '--set VOCAB_SIZE=256, or --set DATA_SOURCE=synthetic')
+    try:
+      from pax.data import c4  # pylint: disable=g-import-not-at-top  (grain: the C4 path only)
+    except ImportError as e:
+      raise UsageError(f'DATA_SOURCE=c4 needs grain ({e}); it is in release 1.5.0 and later: '
+                       './noxw -s train -- 1.5.0 ...') from e
+    tokenizer = tokenizers.build(config.tokenizer_path)
+    if vocab_size < tokenizer.vocab_size:
+      raise UsageError(f'the tokenizer has {tokenizer.vocab_size} ids but VOCAB_SIZE is '
+                       f'{vocab_size}; --set VOCAB_SIZE={tokenizer.vocab_size}')
+    return c4.C4Dataset(config, tokenizer, jax.process_index(), jax.process_count())
   raise UsageError(f'unknown DATA_SOURCE {config.source!r}; use embedded, synthetic or c4')

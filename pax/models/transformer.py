@@ -80,7 +80,8 @@ class _Sharded(nn.Module):
 class Attention(_Sharded):
 
   @nn.compact
-  def __call__(self, x, positions):
+  def __call__(self, x, positions, segment_ids=None):
+    """segment_ids (batch, length), packed inputs: tokens attend within their own segment."""
     c = self.cfg
     kv_heads, dims = c.num_kv_heads, c.dims_per_head
     group = c.num_heads // kv_heads
@@ -94,6 +95,8 @@ class Attention(_Sharded):
     logits = jnp.einsum('btgnd,bsnd->bngts', q * dims**-0.5, k).astype(jnp.float32)
     logits = _cap(logits, c.atten_logit_cap)
     causal = positions[:, None, None, :, None] >= positions[:, None, None, None, :]
+    if segment_ids is not None:
+      causal &= segment_ids[:, None, None, :, None] == segment_ids[:, None, None, None, :]
     logits = jnp.where(causal, logits, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(logits, axis=-1).astype(self.dtype)
     out = jnp.einsum('bngts,bsnd->btgnd', probs, v)
@@ -123,17 +126,18 @@ class FeedForward(_Sharded):
 
 
 class Block(_Sharded):
-  """One pre-LN layer; (carry, positions) -> (carry, None) so nn.scan can stack it."""
+  """One pre-LN layer; (carry, positions, segment_ids) -> (carry, None) for nn.scan."""
 
   @nn.compact
-  def __call__(self, x, positions):
+  def __call__(self, x, positions, segment_ids=None):
     kw = dict(cfg=self.cfg, mesh=self.mesh, rules=self.rules)
-    x = x + Attention(**kw, name='attention')(self.norm('pre_attention_norm')(x), positions)
+    x = x + Attention(**kw, name='attention')(self.norm('pre_attention_norm')(x), positions,
+                                              segment_ids)
     x = x + FeedForward(**kw, name='ffn')(self.norm('pre_ffn_norm')(x))
     return self.constrain(x), None
 
 
-def stack_layers(kw: dict, num_layers: int, x, positions):
+def stack_layers(kw: dict, num_layers: int, x, positions, segment_ids=None):
   """Adds `num_layers` Blocks to the calling (compact) module and runs x through them."""
   cfg = kw['cfg']
   block = Block
@@ -142,12 +146,12 @@ def stack_layers(kw: dict, num_layers: int, x, positions):
                      prevent_cse=not cfg.use_repeated_layer)
   if cfg.use_repeated_layer:
     stack = nn.scan(block, variable_axes={c: 0 for c in fp8.LAYER_COLLECTIONS},
-                    split_rngs={'params': True}, in_axes=nn.broadcast, length=num_layers,
-                    metadata_params={nn.PARTITION_NAME: 'layers'})
-    x, _ = stack(**kw, name='layers')(x, positions)
+                    split_rngs={'params': True}, in_axes=(nn.broadcast, nn.broadcast),
+                    length=num_layers, metadata_params={nn.PARTITION_NAME: 'layers'})
+    x, _ = stack(**kw, name='layers')(x, positions, segment_ids)
   else:
     for i in range(num_layers):
-      x, _ = block(**kw, name=f'layer_{i}')(x, positions)
+      x, _ = block(**kw, name=f'layer_{i}')(x, positions, segment_ids)
   return x
 
 
@@ -167,7 +171,8 @@ class TransformerLm(_Sharded):
   num_microbatches: int = 1
 
   @nn.compact
-  def __call__(self, inputs, positions: Optional[jax.Array] = None):
+  def __call__(self, inputs, positions: Optional[jax.Array] = None,
+               segment_ids: Optional[jax.Array] = None):
     """Logits (batch, length, vocab) in float32 for int token ids (batch, length)."""
     c = self.cfg
     if positions is None:
@@ -183,11 +188,13 @@ class TransformerLm(_Sharded):
 
     kw = dict(cfg=c, mesh=self.mesh, rules=self.rules)
     if self.num_stages > 1:
+      if segment_ids is not None:
+        raise ValueError('packed inputs (segment_ids) do not pass through pipeline stages yet')
       x = pipeline.Pipeline(LayerStack, dict(num_layers=c.num_layers // self.num_stages, **kw),
                             self.num_stages, self.num_microbatches, mesh=self.mesh,
                             rules=self.rules, name='pipeline')(x, positions)
     else:
-      x = stack_layers(kw, c.num_layers, x, positions)
+      x = stack_layers(kw, c.num_layers, x, positions, segment_ids)
 
     x = self.norm('final_norm')(x)
     if c.separate_embedding:

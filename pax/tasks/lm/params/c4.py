@@ -73,3 +73,32 @@ class C4SpmdPipelineGpt3SmallAdam64Replicas(C4SpmdAdam):
   LR_WARMUP_STEPS = 265
   LR_DECAY_START = 266
   LR_DECAY_END = 108600
+
+
+@register
+class C4SpmdTinyAdam1Replica(C4SpmdAdam):
+  """C4 at CPU size: a byte-level 4 × 256 LM on one device, f32, packed rows of 128 tokens.
+
+  Point it at shards with --data_dir (python -m pax.data sample writes small ones); set
+  TOKENIZER_PATH (and VOCAB_SIZE) for a SentencePiece vocabulary.
+  """
+  VOCAB_SIZE = 256
+  NUM_LAYERS = 4
+  MODEL_DIMS = 256
+  HIDDEN_DIMS = 1024
+  NUM_HEADS = 4
+  SEQ_LEN = 128
+  PERCORE_BATCH_SIZE = 16
+  ICI_MESH_SHAPE = (1, 1, 1)
+  FPROP_DTYPE = 'float32'
+  REMAT_POLICY = 'none'
+  LEARNING_RATE = 3e-3
+  LR_SCHEDULE = 'linear_rampup_cosine_decay'
+  LR_WARMUP_STEPS = 20
+  LR_DECAY_START = 20
+  LR_DECAY_END = 150
+  NUM_TRAIN_STEPS = 150
+  SUMMARY_EVERY_N_STEPS = 10
+  EVAL_EVERY_N_STEPS = 50
+  EVAL_NUM_BATCHES = 2
+  CHECKPOINT_EVERY_N_STEPS = 50
