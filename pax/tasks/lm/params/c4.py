@@ -34,6 +34,12 @@ class C4Spmd1BAdam4Replicas(C4SpmdAdam):
 
 
 @register
+class C4Spmd1BAdam4ReplicasFp8(C4Spmd1BAdam4Replicas):
+  """The 1B run with FP8 projections and FFN matmuls (cuBLASLt FP8 GEMMs on H100/H200)."""
+  USE_FP8 = True
+
+
+@register
 class C4Spmd16BAdam32Replicas(C4SpmdAdam):
   NUM_LAYERS = 36
   MODEL_DIMS = 6144

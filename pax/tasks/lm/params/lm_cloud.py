@@ -79,3 +79,9 @@ class LmCloudSpmdTiny(LmCloudSpmd):
   EVAL_EVERY_N_STEPS = 50
   CHECKPOINT_EVERY_N_STEPS = 50
   DATA_SOURCE = 'embedded'
+
+
+@register
+class LmCloudSpmdTinyFp8(LmCloudSpmdTiny):
+  """The CPU reference run with USE_FP8 (XLA emulates FP8 on CPU)."""
+  USE_FP8 = True
