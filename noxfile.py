@@ -8,6 +8,7 @@ against it before each use (pax.dist.venv). Sessions themselves get no nox venv
   ./noxw -s test  -- [RELEASE] [pytest args]        tests against a release (default: newest)
   ./noxw -s train -- [RELEASE] [PLATFORM] [flags]    tiny LM run; flags go to pax.main
   ./noxw -s bench -- [RELEASE] [--json FILE]             trainer vs minimal loop, MFU, I/O
+  ./noxw -s data  -- [RELEASE] sample|spm|inspect ...     C4 shards, SentencePiece, inspection
   ./noxw -s lock  -- RELEASE|nightly|tools [PLATFORM...]   recompile lockfiles
 """
 from __future__ import annotations
@@ -227,6 +228,26 @@ def bench(session: nox.Session) -> None:
     env = _env(session, release, "cpu")
     session.run(str(env.python), "-m", "benchmarks.bench", *args, env=env.session_env(),
                 external=True)
+
+
+@nox.session(venv_backend="none")
+def bench_c4(session: nox.Session) -> None:
+    """C4 input tokens/s vs the trainer's needs: `bench_c4 -- [RELEASE] [--data_dir D] [--json F]`."""
+    args = list(session.posargs)
+    release = _release(session, args)
+    env = _env(session, release, "cpu")
+    session.run(str(env.python), "-m", "benchmarks.c4_input", *args, env=env.session_env(),
+                external=True)
+
+
+@nox.session(venv_backend="none")
+def data(session: nox.Session) -> None:
+    """C4 data commands: `data -- [RELEASE] sample|spm|inspect ...` (python -m pax.data)."""
+    args = list(session.posargs)
+    release = _release(session, args)
+    env = _env(session, release, "cpu")
+    session.run(str(env.python), "-m", "pax.data", *(args or ["--help"]),
+                env=env.session_env(), external=True)
 
 
 # Loss curves (pax.curves: no jax; matplotlib comes with the tools venv, never a release lock).
