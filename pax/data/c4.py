@@ -6,8 +6,8 @@ etils.epath, the path layer orbax's checkpoints use.
 
 Per process, every stage a grain dataset whose position is part of the iterator state:
   reading units of this process, shuffled with the run's seed (reshuffled every epoch)
-  -> CYCLE_LENGTH units read at once, each in its own thread (interleave)
-  -> tokenize, append EOS -> window shuffle (train only)
+  -> CYCLE_LENGTH units read and tokenized (EOS appended) at once, each in its own thread
+     (interleave) -> window shuffle (train only)
   -> concat-then-split into SEQ_LEN rows with segment ids and positions
   -> LM rows -> this process's rows of the batch -> a prefetch thread ahead of the trainer.
 
@@ -187,10 +187,12 @@ def pipeline(units: list[tuple], tokenizer, seq_len: int, rows: int, *, seed: in
   ds = grain.MapDataset.source(units)
   if training:
     ds = ds.shuffle(seed=seed).repeat()  # repeat reshuffles each epoch
-  ds = ds.map(lambda unit: UnitDataset(unit, skip_bad))
+  # Tokenized in each shard's reader thread: sentencepiece's encode releases the GIL, so the
+  # CYCLE_LENGTH readers tokenize in parallel.
+  ds = ds.map(lambda unit: UnitDataset(unit, skip_bad).map(
+      lambda record: _tokenize(tokenizer, record)))
   ds = grain.experimental.InterleaveIterDataset(ds, cycle_length=min(cycle_length, len(units)),
                                                 iter_buffer_size=16)
-  ds = ds.map(lambda record: _tokenize(tokenizer, record))
   if training:
     ds = grain.experimental.WindowShuffleIterDataset(ds, window_size=shuffle_window, seed=seed)
   ds = grain.experimental.ConcatThenSplitIterDataset(
