@@ -28,6 +28,12 @@ _ENABLE_CHECKPOINT_SAVING = flags.DEFINE_bool('enable_checkpoint_saving', True,
                                               'Save checkpoints while training.')
 _SET = flags.DEFINE_multi_string('set', [], 'Override a hyper-parameter: --set NUM_LAYERS=2.')
 _LIST = flags.DEFINE_bool('list_experiments', False, 'Print the registered experiments and exit.')
+_DATA_DIR = flags.DEFINE_string('data_dir', None, 'Directory of the C4 shards (c4-train.*-of-*'
+                                '.json.gz, c4-validation.*); sets DATA_DIR (default: '
+                                '$C4_DATA_DIR).')
+_PMAP_USE_TENSORSTORE = flags.DEFINE_bool(
+    'pmap_use_tensorstore', None, 'pmap runs (no ICI_MESH_SHAPE): tensorstore-backed orbax '
+    'checkpoints instead of single-file Flax ones; sets PMAP_USE_TENSORSTORE.')
 # Multi-host, as Pax's multiprocess flags. Without them, a cluster jax detects (TPU pod slice,
 # Slurm step, Open MPI) is joined on its own; a plain single-host run joins nothing.
 _SERVER_ADDR = flags.DEFINE_string('server_addr', None, 'Coordinator HOST:PORT (process 0).')
@@ -59,7 +65,11 @@ def main(argv):
     raise UsageError('--job_log_dir is required, e.g. --job_log_dir=runs/tiny')
   registered = registry.get(_EXP.value)
   name = registry.name_of(registered)
-  experiment_cls = overrides.apply(registered, _SET.value)
+  # Flags that are hyper-parameters, applied like --set so config.json records them.
+  flag_sets = [f'DATA_DIR={_DATA_DIR.value!r}'] if _DATA_DIR.value else []
+  if _PMAP_USE_TENSORSTORE.value is not None:
+    flag_sets.append(f'PMAP_USE_TENSORSTORE={_PMAP_USE_TENSORSTORE.value}')
+  experiment_cls = overrides.apply(registered, _SET.value + flag_sets)
   distributed.initialize(_SERVER_ADDR.value, _NUM_HOSTS.value, _HOST_IDX.value)
   run = loop.prepare(experiment_cls())
   if _MODE.value == 'eval':

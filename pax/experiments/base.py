@@ -62,6 +62,8 @@ class BaseExperiment:
   CHECKPOINT_MAX_TO_KEEP = 3
   ASYNC_CHECKPOINTING = True
   NAN_POLICY = 'stop'  # or 'skip': drop non-finite updates and count them
+  # pmap runs (no ICI_MESH_SHAPE) write Pax's single-file Flax checkpoints unless this is set.
+  PMAP_USE_TENSORSTORE = False
 
   # Data.
   DATA_SOURCE = 'synthetic'
@@ -117,6 +119,7 @@ class BaseExperiment:
         checkpoint_max_to_keep=self.CHECKPOINT_MAX_TO_KEEP,
         async_checkpointing=self.ASYNC_CHECKPOINTING,
         nan_policy=self.NAN_POLICY,
+        pmap_use_tensorstore=self.PMAP_USE_TENSORSTORE,
     )
     mesh = config.MeshConfig(
         ici_mesh_shape=_tuple_or_none(self.ICI_MESH_SHAPE),

@@ -72,6 +72,7 @@ class TrainConfig:
   checkpoint_max_to_keep: int = 3
   async_checkpointing: bool = True
   nan_policy: str = 'stop'  # 'stop': end the run at a non-finite step | 'skip': skip its update
+  pmap_use_tensorstore: bool = False  # pmap runs: orbax/tensorstore checkpoints, not one file
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from pax.models import fp8
 from pax.parallel import sharding
 
 CARRY_AXES = ('stage', 'batch', 'length', 'act_embed')
@@ -53,7 +54,8 @@ class _Tick(nn.Module):
     if self.mesh is not None:
       x = jax.lax.with_sharding_constraint(
           x, sharding.logical_sharding(CARRY_AXES, x.shape, self.mesh, self.rules))
-    stages = nn.vmap(self.stage, variable_axes={'params': 0}, split_rngs={'params': True},
+    stages = nn.vmap(self.stage, variable_axes={c: 0 for c in fp8.LAYER_COLLECTIONS},
+                     split_rngs={'params': True},
                      in_axes=0, out_axes=0, axis_size=self.num_stages,
                      spmd_axis_name='stage' if self.mesh is not None else None,
                      metadata_params={nn.PARTITION_NAME: 'stage'})
@@ -79,8 +81,10 @@ class Pipeline(nn.Module):
       # After the last microbatch, stage 0 is fed zeros while the pipeline drains.
       fed.append(jnp.concatenate([a, jnp.zeros((s - 1,) + a.shape[1:], a.dtype)]))
     carry = tuple(jnp.zeros((s,) + a.shape[1:], a.dtype) for a in fed)
-    ticks = nn.scan(_Tick, variable_broadcast='params', split_rngs={'params': False},
-                    length=m + s - 1)
+    # Every tick reuses the stages' variables; FP8 amaxes of the ticks combine by max
+    # (pax.models.fp8.for_differentiation), parameter gradients by sum.
+    ticks = nn.scan(_Tick, variable_broadcast=list(fp8.LAYER_COLLECTIONS),
+                    split_rngs={'params': False}, length=m + s - 1)
     _, out = ticks(self.stage, self.stage_kwargs, s, self.mesh, self.rules,
                    name='ticks')(carry, tuple(fed))
     # The last stage's output at tick t is microbatch t - (s - 1).

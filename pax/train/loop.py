@@ -9,15 +9,16 @@ import numpy as np
 from absl import logging
 
 from pax import data
+from pax.checkpoint.flax_file import FlaxFileCheckpointer
 from pax.checkpoint.manager import Checkpointer
 from pax.errors import UsageError
 from pax.experiments import config as config_lib
 from pax.models.transformer import ACTIVATIONS, REMAT_POLICIES, TransformerLm
 from pax.optim import optimizers, schedules
-from pax.parallel import pipeline, sharding
+from pax.parallel import pipeline
 from pax.parallel.mesh import build_mesh
-from pax.train import manifest, mfu, preemption, state as state_lib, summaries as summaries_lib
-from pax.train.step import make_eval_step, make_train_step
+from pax.train import manifest, mfu, placement, preemption, state as state_lib
+from pax.train import summaries as summaries_lib
 
 
 @dataclasses.dataclass
@@ -32,6 +33,7 @@ class Run:
   train_data: object
   eval_data: dict
   global_batch: int
+  pmap: bool  # no ICI_MESH_SHAPE: data-parallel through jax.pmap, as Pax
 
 
 def prepare(experiment, devices=None) -> Run:
@@ -43,8 +45,13 @@ def prepare(experiment, devices=None) -> Run:
   _validate_names(task)
   devices = list(devices or jax.devices())
   mesh = build_mesh(task.mesh, devices)
+  pmap = task.mesh.ici_mesh_shape is None
   stages, microbatches = task.mesh.num_stages, task.mesh.num_microbatches
-  model = TransformerLm(task.model, mesh=mesh, num_stages=stages, num_microbatches=microbatches)
+  if pmap and stages > 1:
+    raise UsageError(f'NUM_STAGES={stages} needs an ICI_MESH_SHAPE with a `stage` axis; without '
+                     'one the experiment runs data-parallel through pmap')
+  model = TransformerLm(task.model, mesh=None if pmap else mesh, num_stages=stages,
+                        num_microbatches=microbatches)
   tx, lr_schedule = optimizers.build(task.optimizer)
   global_batch = task.train.percore_batch_size * len(devices)
   batch_shards = mesh.shape['replica'] * mesh.shape['data']
@@ -57,7 +64,7 @@ def prepare(experiment, devices=None) -> Run:
   return Run(task=task, datasets=datasets, mesh=mesh, model=model, tx=tx,
              lr_schedule=lr_schedule, train_data=data.build(train_cfg, vocab),
              eval_data={d.name: data.build(d, vocab) for d in datasets if not d.is_training},
-             global_batch=global_batch)
+             global_batch=global_batch, pmap=pmap)
 
 
 def _validate_names(task: config_lib.TaskConfig) -> None:
@@ -98,16 +105,6 @@ def _validate_pipeline(task: config_lib.TaskConfig, mesh, batch_per_shard: int) 
                      'NUM_MICROBATCHES')
 
 
-def _device_batch(dataset, index: int, run: Run):
-  """This process's rows of global batch `index`, assembled into sharded global arrays."""
-  per_process = run.global_batch // jax.process_count()
-  rows = slice(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
-  local = dataset.batch(index, run.global_batch, rows)
-  spec = sharding.batch_sharding(run.mesh)
-  return {k: jax.make_array_from_process_local_data(spec, v, (run.global_batch,) + v.shape[1:])
-          for k, v in local.items()}
-
-
 def _write_json(path: str, obj) -> None:
   tmp = path + '.tmp'
   with open(tmp, 'w') as f:
@@ -115,11 +112,11 @@ def _write_json(path: str, obj) -> None:
   os.replace(tmp, path)
 
 
-def _evaluate(run: Run, eval_step, params) -> dict:
+def _evaluate(run: Run, place, variables) -> dict:
   """Token-weighted means over EVAL_NUM_BATCHES fixed batches of each eval split."""
   results = {}
   for name, dataset in run.eval_data.items():
-    outs = [eval_step(params, _device_batch(dataset, i, run))
+    outs = [place.metrics(place.eval_step(variables, place.batch(dataset, i)))
             for i in range(run.task.train.eval_num_batches)]
     outs = jax.device_get(outs)
     tokens = np.array([o['num_tokens'] for o in outs])
@@ -197,28 +194,24 @@ def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool 
   """
   peak, summaries = _setup(run, job_dir, experiment_name)
   cfg = run.task.train
-  checkpointer = Checkpointer(job_dir, cfg.checkpoint_max_to_keep, cfg.async_checkpointing,
-                              saving=checkpoint_saving)
-  abstract, shardings = state_lib.shardings(run.model, run.tx, run.mesh)
-  logging.info('%s: %.2fM parameters, mesh %s, global batch %d, peak %.3g FLOP/s (%s)',
-               experiment_name, state_lib.num_params(abstract) / 1e6, dict(run.mesh.shape),
-               run.global_batch, peak['flops'], peak['source'])
+  checkpointer = _checkpointer(run, job_dir, checkpoint_saving)
+  place = placement.for_run(run)
+  logging.info('%s: %.2fM parameters, %s over %s, global batch %d, peak %.3g FLOP/s (%s)',
+               experiment_name, state_lib.num_params(place.abstract) / 1e6,
+               'pmap' if run.pmap else 'mesh', dict(run.mesh.shape), run.global_batch,
+               peak['flops'], peak['source'])
   if run.task.mesh.num_stages > 1:
     logging.info('pipeline: %d stages, %d microbatches, bubble fraction %.3f',
                  run.task.mesh.num_stages, run.task.mesh.num_microbatches,
                  pipeline.bubble_fraction(run.task.mesh.num_stages, run.task.mesh.num_microbatches))
-  restored, state = checkpointer.restore_latest(abstract)
+  stream = data.stream(run.train_data)  # C4: its position is saved with every checkpoint
+  restored, state = checkpointer.restore_latest(place.abstract, stream)
   if state is None:
-    state = state_lib.initialize(run.model, run.tx, shardings, cfg.seed)
+    state = place.init(cfg.seed)
   else:
     logging.info('resumed from %s/checkpoint_%08d', checkpointer.directory, restored)
   step = int(jax.device_get(state['step']))
-
-  train_step = jax.jit(make_train_step(run.model, run.tx, run.lr_schedule),
-                       in_shardings=(shardings, sharding.batch_sharding(run.mesh)),
-                       out_shardings=(shardings, sharding.replicated(run.mesh)),
-                       donate_argnums=0)
-  eval_step = _jit_eval_step(run, shardings)
+  state = place.place(state)
   tokens_per_step = run.global_batch * run.task.model.max_seq_len
   flops_per_step = mfu.flops_per_token(run.task.model, run.task.model.max_seq_len) * tokens_per_step
 
@@ -227,7 +220,8 @@ def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool 
   try:
     with preemption.SignalCatcher() as signals:
       while step < total:
-        state, metrics = train_step(state, _device_batch(run.train_data, step, run))
+        state, metrics = place.train_step(state, place.batch(run.train_data, step))
+        metrics = place.metrics(metrics)
         step += 1
         timer.step_done(metrics)
         unchecked.append((step, metrics['finite']))
@@ -238,19 +232,22 @@ def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool 
           _check_finite(unchecked, cfg.nan_policy, checkpointer)
           unchecked = []
         if at_checkpoint or stop:
-          checkpointer.save(step, state)
+          checkpointer.save(step, place.unplace(state), stream)
         if at_summary:
           values = {k: float(v) for k, v in jax.device_get(metrics).items() if k != 'finite'}
           step_time = timer.read()
           values.update(step_time_s=step_time,
                         tokens_per_s=step_time and tokens_per_step / step_time,
                         mfu=step_time and flops_per_step / step_time / peak['flops'])
+          if stream is not None:  # unreadable records skipped (BAD_RECORD_POLICY=skip)
+            values['bad_records'] = stream.bad_records
           summaries.write('train', step, values)
           if summaries.enabled:
             summaries_lib.log_train(step, total, values)
           last = values
         if step % cfg.eval_every_n_steps == 0 or step == total:
-          for split, values in _evaluate(run, eval_step, state['params']).items():
+          for split, values in _evaluate(run, place,
+                                         state_lib.model_variables(state)).items():
             summaries.write(split, step, values)
             if summaries.enabled:
               summaries_lib.log_eval(step, split, values)
@@ -266,15 +263,15 @@ def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool 
 
 def evaluate(run: Run, job_dir: str, experiment_name: str) -> dict:
   """Evaluate the newest checkpoint in job_dir on every eval split."""
-  checkpointer = Checkpointer(job_dir, max_to_keep=1, saving=False)
-  abstract, shardings = state_lib.shardings(run.model, run.tx, run.mesh)
-  latest, state = (checkpointer.restore_latest(abstract)
+  checkpointer = _checkpointer(run, job_dir, saving=False)
+  place = placement.for_run(run)
+  latest, state = (checkpointer.restore_latest(place.abstract)
                    if os.path.isdir(checkpointer.directory) else (None, None))
   if state is None:
     raise UsageError(f'no complete checkpoint in {checkpointer.directory}; train first '
                      '(--mode=train)')
   _, summaries = _setup(run, job_dir, experiment_name)
-  results = _evaluate(run, _jit_eval_step(run, shardings), state['params'])
+  results = _evaluate(run, place, state_lib.model_variables(place.place(state)))
   for split, values in results.items():
     summaries.write(split, latest, values)
     if summaries.enabled:
@@ -284,7 +281,11 @@ def evaluate(run: Run, job_dir: str, experiment_name: str) -> dict:
   return results
 
 
-def _jit_eval_step(run: Run, shardings):
-  return jax.jit(make_eval_step(run.model),
-                 in_shardings=(shardings['params'], sharding.batch_sharding(run.mesh)),
-                 out_shardings=sharding.replicated(run.mesh))
+def _checkpointer(run: Run, job_dir: str, saving: bool):
+  """Orbax (tensorstore) checkpoints; pmap runs write Pax's single-file Flax ones unless
+  PMAP_USE_TENSORSTORE (--pmap_use_tensorstore)."""
+  cfg = run.task.train
+  if run.pmap and not cfg.pmap_use_tensorstore:
+    return FlaxFileCheckpointer(job_dir, cfg.checkpoint_max_to_keep, saving=saving)
+  return Checkpointer(job_dir, cfg.checkpoint_max_to_keep, cfg.async_checkpointing,
+                      saving=saving)

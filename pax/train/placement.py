@@ -1,0 +1,99 @@
+"""Where the train state and the batches live, and how the steps are compiled: SPMD or pmap.
+
+SPMD (an experiment with ICI_MESH_SHAPE): one jit over the device mesh, the state sharded by
+the logical-axis rules. pmap (no ICI_MESH_SHAPE, as Pax's LmCloudTransformerAdam): every
+local device holds a full replica of the state (a leading device axis), takes its slice of the
+batch, and the step averages gradients across devices itself.
+
+Both offer the same surface to the loop. The state is checkpointed, initialized and restored
+in its "host" form (SPMD: the sharded state as is; pmap: one replica) and turned into the
+device form by `place`.
+"""
+import jax
+import numpy as np
+from flax import jax_utils
+
+from pax.parallel import sharding
+from pax.train import state as state_lib
+from pax.train.step import make_eval_step, make_train_step
+
+PMAP_AXIS = 'batch'
+
+
+def for_run(run):
+  return Pmap(run) if run.pmap else Spmd(run)
+
+
+class Spmd:
+
+  def __init__(self, run):
+    self.run = run
+    self.abstract, self.shardings = state_lib.shardings(run.model, run.tx, run.mesh)
+    batch = sharding.batch_sharding(run.mesh)
+    self.train_step = jax.jit(make_train_step(run.model, run.tx, run.lr_schedule),
+                              in_shardings=(self.shardings, batch),
+                              out_shardings=(self.shardings, sharding.replicated(run.mesh)),
+                              donate_argnums=0)
+    self.eval_step = jax.jit(make_eval_step(run.model),
+                             in_shardings=(state_lib.model_variables(self.shardings), batch),
+                             out_shardings=sharding.replicated(run.mesh))
+
+  def init(self, seed: int):
+    return state_lib.initialize(self.run.model, self.run.tx, self.shardings, seed)
+
+  def place(self, state):
+    return state
+
+  def unplace(self, state):
+    return state
+
+  def metrics(self, metrics):
+    return metrics
+
+  def batch(self, dataset, index: int):
+    """This process's rows of global batch `index`, assembled into sharded global arrays."""
+    run = self.run
+    spec = sharding.batch_sharding(run.mesh)
+    return {k: jax.make_array_from_process_local_data(spec, v, (run.global_batch,) + v.shape[1:])
+            for k, v in _local_rows(dataset, index, run).items()}
+
+
+class Pmap:
+
+  def __init__(self, run):
+    self.run = run
+    self.devices = [d for d in run.mesh.devices.flat if d.process_index == jax.process_index()]
+    one = jax.sharding.Mesh(np.asarray(self.devices[:1]).reshape((1,) * len(run.mesh.axis_names)),
+                            run.mesh.axis_names)
+    self.abstract, self.shardings = state_lib.shardings(run.model, run.tx, one)
+    self.train_step = jax.pmap(
+        make_train_step(run.model, run.tx, run.lr_schedule, axis_name=PMAP_AXIS),
+        axis_name=PMAP_AXIS, devices=self.devices, donate_argnums=0)
+    self.eval_step = jax.pmap(make_eval_step(run.model, axis_name=PMAP_AXIS),
+                              axis_name=PMAP_AXIS, devices=self.devices)
+
+  def init(self, seed: int):
+    return state_lib.initialize(self.run.model, self.run.tx, self.shardings, seed)
+
+  def place(self, state):
+    # Under pmap's own axis name, so the step's outputs match its inputs and it compiles once.
+    return jax_utils.replicate(state, self.devices, axis_name=PMAP_AXIS)
+
+  def unplace(self, state):
+    """Replica 0: every replica is the same, the step keeps them so."""
+    return jax_utils.unreplicate(state)
+
+  def metrics(self, metrics):
+    return self.unplace(metrics)
+
+  def batch(self, dataset, index: int):
+    """This process's rows of batch `index`, split along a leading local-device axis."""
+    n = len(self.devices)
+    return {k: v.reshape((n, v.shape[0] // n) + v.shape[1:])
+            for k, v in _local_rows(dataset, index, self.run).items()}
+
+
+def _local_rows(dataset, index: int, run) -> dict:
+  per_process = run.global_batch // jax.process_count()
+  rows = slice(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
+  return dataset.batch(index, run.global_batch, rows)
