@@ -34,36 +34,39 @@ def analyze(name: str) -> dict:
   """Parameters, per-device memory and compile time of `name`'s train step (jax imported)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from pax.parallel import sharding  # pylint: disable=g-import-not-at-top
-  from pax.train import loop, state as state_lib  # pylint: disable=g-import-not-at-top
-  from pax.train.step import make_train_step  # pylint: disable=g-import-not-at-top
+  from pax.parallel import pipeline, sharding  # pylint: disable=g-import-not-at-top
+  from pax.train import loop, placement, state as state_lib  # pylint: disable=g-import-not-at-top
 
   cls = registry.get(name)
   size = _mesh_size(cls)
   # The step's cost does not depend on where tokens come from: compile against synthetic data.
-  attrs = {'DATA_SOURCE': 'synthetic', 'NUM_STAGES': 1}
-  if cls.ICI_MESH_SHAPE is None:
-    attrs['ICI_MESH_SHAPE'] = (1, size, 1)
-  if len(cls.MESH_AXIS_NAMES) != 3:
-    raise UsageError(f'{name}: pipeline meshes {cls.MESH_AXIS_NAMES} are not compiled here yet')
-  run = loop.prepare(type(cls.__name__, (cls,), attrs)(), devices=jax.devices()[:size])
-  abstract, shardings = state_lib.shardings(run.model, run.tx, run.mesh)
-  params = state_lib.num_params(abstract)
+  run = loop.prepare(type(cls.__name__, (cls,), {'DATA_SOURCE': 'synthetic'})(),
+                     devices=jax.devices()[:size])
+  place = placement.for_run(run)
   seq = run.task.model.max_seq_len
-  spec = sharding.batch_sharding(run.mesh)
-  batch = {k: jax.ShapeDtypeStruct((run.global_batch, seq), dtype, sharding=spec)
-           for k, dtype in (('inputs', jnp.int32), ('targets', jnp.int32),
-                            ('weights', jnp.float32))}
-  step = jax.jit(make_train_step(run.model, run.tx, run.lr_schedule),
-                 in_shardings=(shardings, spec),
-                 out_shardings=(shardings, sharding.replicated(run.mesh)), donate_argnums=0)
+  keys = (('inputs', jnp.int32), ('targets', jnp.int32), ('weights', jnp.float32))
+  if run.pmap:  # a replica per device (leading device axis), each with its slice of the batch
+    state = jax.tree.map(lambda a: jax.ShapeDtypeStruct((size,) + a.shape, a.dtype),
+                         place.abstract)
+    batch = {k: jax.ShapeDtypeStruct((size, run.global_batch // size, seq), dtype)
+             for k, dtype in keys}
+  else:
+    state = place.abstract
+    spec = sharding.batch_sharding(run.mesh)
+    batch = {k: jax.ShapeDtypeStruct((run.global_batch, seq), dtype, sharding=spec)
+             for k, dtype in keys}
   start = time.perf_counter()
-  compiled = step.lower(abstract, batch).compile()
+  compiled = place.train_step.lower(state, batch).compile()
   seconds = time.perf_counter() - start
   mem = compiled.memory_analysis()
   per_device = (mem.argument_size_in_bytes + mem.output_size_in_bytes
                 - mem.alias_size_in_bytes + mem.temp_size_in_bytes)
-  return {'experiment': registry.name_of(cls), 'params': params, 'mesh': dict(run.mesh.shape),
+  stages, microbatches = run.task.mesh.num_stages, run.task.mesh.num_microbatches
+  return {'experiment': registry.name_of(cls), 'params': state_lib.num_params(place.abstract),
+          'strategy': 'pmap' if run.pmap else 'spmd', 'mesh': dict(run.mesh.shape),
+          'pipeline': stages > 1 and {
+              'stages': stages, 'microbatches': microbatches,
+              'bubble_fraction': pipeline.bubble_fraction(stages, microbatches)},
           'devices': size, 'global_batch': run.global_batch,
           'per_device_bytes': per_device, 'target': TARGET,
           'fits': per_device <= HBM_BYTES[TARGET], 'compile_s': seconds}
@@ -93,7 +96,11 @@ def main(argv=None) -> int:
       not_compiled.append(name)
       continue
     results.append(r)
-    print(f"{r['experiment']}: {r['params'] / 1e9:.2f}B params, mesh {r['mesh']}, "
+    stages = (f", {r['pipeline']['stages']} stages x {r['pipeline']['microbatches']} "
+              f"microbatches (bubble {r['pipeline']['bubble_fraction']:.1%})"
+              if r['pipeline'] else '')
+    print(f"{r['experiment']}: {r['params'] / 1e9:.2f}B params, {r['strategy']} over "
+          f"{r['mesh']}{stages}, "
           f"{r['per_device_bytes'] / 2**30:.2f} GiB per device "
           f"({'fits' if r['fits'] else 'does NOT fit'} {r['target']}'s 32 GiB), "
           f"compiled in {r['compile_s']:.0f}s", flush=True)
