@@ -27,7 +27,8 @@ if [ -z "$RELEASE" ]; then
 fi
 RELEASE="${RELEASE#[vr]}"
 [ -f "$ROOT/releases/$RELEASE/release.toml" ] \
-  || die "unknown release '$RELEASE'; known: $(ls "$ROOT/releases" | grep -E '^[0-9.]+$' | tr '\n' ' ')"
+  || die "unknown release '$RELEASE'; known:" \
+         "$(ls "$ROOT/releases" | grep -E '^[0-9.]+$' | tr '\n' ' ')"
 
 if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then PLATFORM=gpu; else PLATFORM=cpu; fi
 
@@ -40,7 +41,8 @@ else
     || die "no $PLATFORM env for release $RELEASE at $ENV_DIR; build it with" \
            "'./noxw -s train -- $RELEASE $PLATFORM' (it builds the env first), or set PAX_PYTHON"
   [ "$(cat "$ENV_DIR/pax-lock.sha256" 2>/dev/null)" = "$(sha256sum "$LOCK" | cut -d' ' -f1)" ] \
-    || die "$ENV_DIR does not match $LOCK; rebuild: rm -r $ENV_DIR && ./noxw -s train -- $RELEASE $PLATFORM"
+    || die "$ENV_DIR does not match $LOCK; rebuild it:" \
+           "rm -r $ENV_DIR && ./noxw -s train -- $RELEASE $PLATFORM"
   PYTHON="$ENV_DIR/bin/python"
   export PAX_RELEASE="$RELEASE" PAX_PLATFORM="$PLATFORM" PAX_LOCKFILE="$LOCK"
 fi
