@@ -5,6 +5,7 @@ Each checkpoint is a Composite: `state` (the train state) and, for inputs that a
 handler. Checkpoints without `data` still restore. Orbax writes to a temporary directory and
 renames it when complete, so a checkpoint cut off mid-write is never listed as a step.
 """
+import json
 import os
 import shutil
 from typing import Optional
@@ -47,7 +48,7 @@ class Checkpointer:
 
   def save(self, step: int, state, data=None) -> bool:
     """Starts saving `state` as step `step` (asynchronously unless configured otherwise), with
-    the input iterator `data` (get_state/set_state, as grain's) when given.
+    the input iterator `data` (get_state() -> JSON-able dict, set_state(dict)) when given.
 
     A failure of this save, or of the previous asynchronous one, raises CheckpointError:
     a run must not go on without checkpoints.
@@ -60,7 +61,7 @@ class Checkpointer:
       self._manager.wait_until_finished()
       items = {'state': ocp.args.StandardSave(state)}
       if data is not None:
-        items['data'] = _grain_checkpoint().CheckpointSave(data)
+        items['data'] = _grain_checkpoint().CheckpointSave(_AsBytes(data))
       return self._manager.save(step, args=ocp.args.Composite(**items), force=True)
     except Exception as e:  # orbax re-raises background write errors of any type here
       raise self._write_error(step, e) from e
@@ -96,7 +97,7 @@ class Checkpointer:
     `data` (an input iterator) is set to its saved position where the checkpoint has one."""
     items = {'state': ocp.args.StandardRestore(abstract_state)}
     if data is not None and os.path.isdir(self._data_dir(step)):
-      items['data'] = _grain_checkpoint().CheckpointRestore(data)
+      items['data'] = _grain_checkpoint().CheckpointRestore(_AsBytes(data))
     restored = self._manager.restore(step, args=ocp.args.Composite(**items))
     return restored['state']
 
@@ -138,6 +139,23 @@ def set_aside(directory: str, step: int, error: Exception) -> None:
   logging.error('checkpoint %s is damaged (%s: %s); moved to %s; trying the previous one',
                 name, type(error).__name__, str(error).splitlines()[0][:200] if str(error) else '',
                 aside)
+
+
+class _AsBytes:
+  """An input iterator (get_state() -> JSON-able dict) as grain's orbax handler takes one that
+  is not a grain DatasetIterator: state as JSON bytes, and a start_prefetch() to call."""
+
+  def __init__(self, data):
+    self.data = data
+
+  def get_state(self) -> bytes:
+    return json.dumps(self.data.get_state()).encode()
+
+  def set_state(self, state: bytes) -> None:
+    self.data.set_state(json.loads(state))
+
+  def start_prefetch(self) -> None:
+    """The input restarts at its next batch by itself."""
 
 
 def _grain_checkpoint():

@@ -206,8 +206,8 @@ class C4Dataset:
   """This process's rows of a C4 split, one batch after another.
 
   Unlike the embedded and synthetic sources, a batch is not a function of its index: the
-  stream's position lives in the grain iterator, whose state is saved with every checkpoint
-  (get_state / set_state, as grain's orbax handler expects) and restored with it.
+  stream's position lives in the grain iterator; get_state() / set_state() give and take it as
+  a JSON-able dict, which the checkpointers save with every checkpoint and restore with it.
   """
 
   def __init__(self, config, tokenizer, process_index: int = 0, process_count: int = 1):
@@ -255,15 +255,13 @@ class C4Dataset:
     self.bad_records += int(batch.pop('skipped').sum())
     return batch
 
-  def get_state(self) -> bytes:
+  def get_state(self) -> dict:
     if self._pending is not None:
-      return json.dumps(self._pending).encode()
-    return json.dumps({
-        'batches': self._batches, 'bad_records': self.bad_records, 'units': len(self.units),
-        'iterator': self._iter.get_state() if self._iter is not None else None}).encode()
+      return dict(self._pending)
+    return {'batches': self._batches, 'bad_records': self.bad_records, 'units': len(self.units),
+            'iterator': self._iter.get_state() if self._iter is not None else None}
 
-  def set_state(self, state: bytes) -> None:
-    state = json.loads(state)
+  def set_state(self, state: dict) -> None:
     if state['units'] != len(self.units):
       raise UsageError(f'the checkpoint\'s C4 position is over {state["units"]} reading units '
                        f'of this process, the data directory now gives {len(self.units)}; resume '
@@ -273,9 +271,6 @@ class C4Dataset:
     if self._iter is not None:
       self._iter.close()
     self._iter, self._pending = None, state
-
-  def start_prefetch(self) -> None:
-    """grain's orbax handler calls this after set_state; the stream starts at the next batch."""
 
 
 def _pad_rows(batch: dict, rows: int, seq_len: int, eos_id: int) -> dict:
