@@ -160,9 +160,9 @@ class LayerStack(_Sharded):
   num_layers: int = 1
 
   @nn.compact
-  def __call__(self, x, positions):
+  def __call__(self, x, positions, segment_ids=None):
     return stack_layers(dict(cfg=self.cfg, mesh=self.mesh, rules=self.rules), self.num_layers,
-                        x, positions)
+                        x, positions, segment_ids)
 
 
 class TransformerLm(_Sharded):
@@ -188,11 +188,9 @@ class TransformerLm(_Sharded):
 
     kw = dict(cfg=c, mesh=self.mesh, rules=self.rules)
     if self.num_stages > 1:
-      if segment_ids is not None:
-        raise ValueError('packed inputs (segment_ids) do not pass through pipeline stages yet')
       x = pipeline.Pipeline(LayerStack, dict(num_layers=c.num_layers // self.num_stages, **kw),
                             self.num_stages, self.num_microbatches, mesh=self.mesh,
-                            rules=self.rules, name='pipeline')(x, positions)
+                            rules=self.rules, name='pipeline')(x, positions, segment_ids)
     else:
       x = stack_layers(kw, c.num_layers, x, positions, segment_ids)
 

@@ -42,7 +42,7 @@ def from_microbatches(a):
 
 class _Tick(nn.Module):
   """One tick of the schedule: shift activations a stage on, feed stage 0, run every stage."""
-  stage: Any  # the Module class of one stage, called as stage(**stage_kwargs)(x, positions)
+  stage: Any  # one stage's Module class: stage(**stage_kwargs)(x, positions[, segment_ids])
   stage_kwargs: dict
   num_stages: int
   mesh: Any = None
@@ -50,7 +50,8 @@ class _Tick(nn.Module):
 
   @nn.compact
   def __call__(self, carry, fed):
-    x, positions = (jnp.roll(c, 1, axis=0).at[0].set(f) for c, f in zip(carry, fed))
+    # Activations, positions and (packed inputs) segment ids travel together.
+    x, *side = (jnp.roll(c, 1, axis=0).at[0].set(f) for c, f in zip(carry, fed))
     if self.mesh is not None:
       x = jax.lax.with_sharding_constraint(
           x, sharding.logical_sharding(CARRY_AXES, x.shape, self.mesh, self.rules))
@@ -59,12 +60,15 @@ class _Tick(nn.Module):
                      in_axes=0, out_axes=0, axis_size=self.num_stages,
                      spmd_axis_name='stage' if self.mesh is not None else None,
                      metadata_params={nn.PARTITION_NAME: 'stage'})
-    x = stages(**self.stage_kwargs, name='stages')(x, positions)
-    return (x, positions), x[-1]
+    x = stages(**self.stage_kwargs, name='stages')(x, *side)
+    return (x, *side), x[-1]
 
 
 class Pipeline(nn.Module):
-  """Runs (batch, length, embed) activations through `stage` × num_stages as a GPipe."""
+  """Runs (batch, length, embed) activations through `stage` × num_stages as a GPipe.
+
+  Drain ticks feed zeros: segment id 0 everywhere, so padding attends only to padding.
+  """
   stage: Any
   stage_kwargs: dict
   num_stages: int
@@ -73,10 +77,10 @@ class Pipeline(nn.Module):
   rules: tuple = sharding.LOGICAL_AXIS_RULES
 
   @nn.compact
-  def __call__(self, x, positions):
+  def __call__(self, x, positions, segment_ids=None):
     s, m = self.num_stages, self.num_microbatches
     fed = []
-    for a in (x, positions):
+    for a in (x, positions) + (() if segment_ids is None else (segment_ids,)):
       a = to_microbatches(a, m)
       # After the last microbatch, stage 0 is fed zeros while the pipeline drains.
       fed.append(jnp.concatenate([a, jnp.zeros((s - 1,) + a.shape[1:], a.dtype)]))

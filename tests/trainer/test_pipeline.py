@@ -48,10 +48,17 @@ def flat():
   return cfg, tokens, targets, params, loss_and_grads
 
 
+# Packed rows, as C4 batches are: 3 documents each; segment ids must travel with their microbatch.
+SEGMENT_IDS = jnp.repeat(jnp.arange(1, 4), jnp.array([10, 12, 10]), total_repeat_length=32)
+
+
 def _loss_and_grads(model, params, tokens, targets):
-  """(loss, grads, optimized HLO text) of the model on this batch."""
+  """(loss, grads, optimized HLO text) of the model on this packed batch."""
+  segment_ids = jnp.broadcast_to(SEGMENT_IDS, tokens.shape)
+
   def loss(p):
-    return lm_loss(model.apply({'params': p}, tokens), targets, jnp.ones(tokens.shape))[0]
+    logits = model.apply({'params': p}, tokens, segment_ids=segment_ids)
+    return lm_loss(logits, targets, jnp.ones(tokens.shape))[0]
   compiled = jax.jit(jax.value_and_grad(loss)).lower(params).compile()
   return (*compiled(params), compiled.as_text())
 
