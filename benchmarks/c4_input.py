@@ -3,8 +3,8 @@
   ./noxw -s bench_c4 -- [RELEASE] [--data_dir DIR] [--tokenizer MODEL] [--seconds S] [--json F]
 
 Without --data_dir it writes C4-format shards of English text (pax.data sample) to a temporary
-directory; without --tokenizer it trains a SentencePiece model (4k pieces: as many as that text supports)
-on them. For each
+directory; without --tokenizer it trains a SentencePiece model on them (4k pieces: as many as
+that text supports). For each
 tokenizer the pipeline (pax.data.c4, as the trainer builds it: 8 shards interleaved, a prefetch
 thread) is timed at the tiny C4 experiment's batch and at the 1B experiment's per-host batch
 (32 rows per chip x 4 chips of a TPU v4 host, 1024 tokens). Consumption: the tiny experiment's

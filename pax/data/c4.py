@@ -53,8 +53,8 @@ def shard_pattern(split: str) -> str:
 def list_shards(data_dir: Optional[str], split: str) -> list[str]:
   """The split's shard paths under data_dir, sorted; UsageError when there are none."""
   if not data_dir:
-    raise UsageError(f'C4 needs the directory holding {shard_pattern("train")} and '
-                     f'{shard_pattern("validation")}: --data_dir=DIR, --set DATA_DIR="\'DIR\'" '
+    raise UsageError(f'DATA_SOURCE=c4 needs the directory holding {shard_pattern("train")} and '
+                     f'{shard_pattern("validation")}: --data_dir=DIR, --set DATA_DIR=DIR '
                      f'or {DATA_DIR_ENV}=DIR')
   root = epath.Path(data_dir)
   if not root.is_dir():

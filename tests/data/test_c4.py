@@ -1,4 +1,4 @@
-"""The C4 reader on generated shards: records, splits, per-process shares, order, resume, bad input."""
+"""The C4 reader on generated shards: records, splits, process shares, order, resume, bad input."""
 import collections
 import gzip
 import json
