@@ -220,34 +220,31 @@ def readme(session: nox.Session) -> None:
         session.log(f"readme: {', '.join(files)} up to date")
 
 
-@nox.session(venv_backend="none")
-def bench(session: nox.Session) -> None:
-    """Trainer vs a hand-written loop, peak, checkpoint I/O, input: `bench -- [RELEASE] [--json F]`."""
+def _run_module(session: nox.Session, module: str, default_args: tuple = ()) -> None:
+    """`python -m module ARGS` in a release's CPU env; posargs: [RELEASE] ARGS."""
     args = list(session.posargs)
     release = _release(session, args)
     env = _env(session, release, "cpu")
-    session.run(str(env.python), "-m", "benchmarks.bench", *args, env=env.session_env(),
+    session.run(str(env.python), "-m", module, *(args or default_args), env=env.session_env(),
                 external=True)
+
+
+@nox.session(venv_backend="none")
+def bench(session: nox.Session) -> None:
+    """Trainer vs a hand-written loop, peak, checkpoint I/O, input: `bench -- [RELEASE] [--json F]`."""
+    _run_module(session, "benchmarks.bench")
 
 
 @nox.session(venv_backend="none")
 def bench_c4(session: nox.Session) -> None:
     """C4 input tokens/s vs the trainer's needs: `bench_c4 -- [RELEASE] [--data_dir D] [--json F]`."""
-    args = list(session.posargs)
-    release = _release(session, args)
-    env = _env(session, release, "cpu")
-    session.run(str(env.python), "-m", "benchmarks.c4_input", *args, env=env.session_env(),
-                external=True)
+    _run_module(session, "benchmarks.c4_input")
 
 
 @nox.session(venv_backend="none")
 def data(session: nox.Session) -> None:
     """C4 data commands: `data -- [RELEASE] sample|spm|inspect ...` (python -m pax.data)."""
-    args = list(session.posargs)
-    release = _release(session, args)
-    env = _env(session, release, "cpu")
-    session.run(str(env.python), "-m", "pax.data", *(args or ["--help"]),
-                env=env.session_env(), external=True)
+    _run_module(session, "pax.data", ("--help",))
 
 
 # Loss curves (pax.curves: no jax; matplotlib comes with the tools venv, never a release lock).
