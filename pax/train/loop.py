@@ -61,8 +61,14 @@ def prepare(experiment, devices=None) -> Run:
   _validate_pipeline(task, mesh, global_batch // batch_shards)
   train_cfg = next(d for d in datasets if d.is_training)
   vocab = task.model.vocab_size
+  train_data = data.build(train_cfg, vocab)
+  if (pmap and not task.train.pmap_use_tensorstore and jax.process_count() > 1
+      and data.stream(train_data) is not None):
+    raise UsageError('a single-file Flax checkpoint holds one input position, but each of the '
+                     f'{jax.process_count()} processes reads its own share of the stream; '
+                     'add --pmap_use_tensorstore')
   return Run(task=task, datasets=datasets, mesh=mesh, model=model, tx=tx,
-             lr_schedule=lr_schedule, train_data=data.build(train_cfg, vocab),
+             lr_schedule=lr_schedule, train_data=train_data,
              eval_data={d.name: data.build(d, vocab) for d in datasets if not d.is_training},
              global_batch=global_batch, pmap=pmap)
 

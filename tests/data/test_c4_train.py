@@ -112,3 +112,11 @@ def test_missing_data_dir_is_a_usage_error(tmp_path):
       'pax: error: C4 data directory /nonexistent/c4 does not exist; point --data_dir (or '
       'C4_DATA_DIR) at a local copy of C4 en')
   assert not os.path.exists(tmp_path / 'job')
+
+
+def test_multihost_pmap_on_a_stream_needs_tensorstore_checkpoints(shards, monkeypatch):
+  monkeypatch.setattr(jax, 'process_count', lambda: 2)
+  pmap = derive(TinyC4, DATA_DIR=str(shards), ICI_MESH_SHAPE=None)
+  with pytest.raises(loop.UsageError, match='holds one input position.*--pmap_use_tensorstore'):
+    loop.prepare(pmap(), devices=jax.devices()[:1])
+  assert loop.prepare(derive(pmap, PMAP_USE_TENSORSTORE=True)(), devices=jax.devices()[:1]).pmap
