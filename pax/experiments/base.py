@@ -28,6 +28,9 @@ class BaseExperiment:
   USE_REPEATED_LAYER = True
   REMAT_POLICY = 'none'
   FPROP_DTYPE = 'float32'
+  # Attend this many queries at a time, recomputing each chunk in the backward pass: the same
+  # math with 1/(SEQ_LEN / chunk) of the attention scores' memory. 0: the whole sequence.
+  ATTENTION_QUERY_CHUNK = 0
   USE_FP8 = False  # FP8 (e4m3/e5m2, delayed scaling) projections and FFN matmuls
 
   # Optimizer.
@@ -90,6 +93,7 @@ class BaseExperiment:
         use_repeated_layer=self.USE_REPEATED_LAYER,
         remat_policy=self.REMAT_POLICY,
         activation_dtype=self.FPROP_DTYPE,
+        attention_query_chunk=self.ATTENTION_QUERY_CHUNK,
         use_fp8=self.USE_FP8,
     )
     optimizer = config.OptimizerConfig(

@@ -27,6 +27,7 @@ class ModelConfig:
   activation_dtype: str = 'float32'
   param_dtype: str = 'float32'
   norm_epsilon: float = 1e-6
+  attention_query_chunk: int = 0  # > 0: attend this many queries at a time (less memory)
   use_fp8: bool = False  # FP8 attention projections and FFN matmuls (pax.models.fp8)
 
 

@@ -77,6 +77,18 @@ class _Sharded(nn.Module):
     return fp8.einsum(f'{name}_fp8', eqn, x, w, self.cfg.use_fp8)
 
 
+def _attend(q, k, v, q_positions, k_positions, q_segments, k_segments, cap: float, dtype):
+  """Causal softmax attention of q (batch, t, group, kv_heads, dims) over k, v (batch, s, ...);
+  with segment ids (packed inputs), only within a query's own segment."""
+  logits = _cap(jnp.einsum('btgnd,bsnd->bngts', q, k).astype(jnp.float32), cap)
+  mask = q_positions[:, None, None, :, None] >= k_positions[:, None, None, None, :]
+  if q_segments is not None:
+    mask &= q_segments[:, None, None, :, None] == k_segments[:, None, None, None, :]
+  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(logits, axis=-1).astype(dtype)
+  return jnp.einsum('bngts,bsnd->btgnd', probs, v)
+
+
 class Attention(_Sharded):
 
   @nn.compact
@@ -92,14 +104,22 @@ class Attention(_Sharded):
     q, k, v = qkv[:, :, :group], qkv[:, :, group], qkv[:, :, group + 1]
     if c.position_embedding == 'rotary':
       q, k = _rotary(q, positions), _rotary(k, positions)
-    logits = jnp.einsum('btgnd,bsnd->bngts', q * dims**-0.5, k).astype(jnp.float32)
-    logits = _cap(logits, c.atten_logit_cap)
-    causal = positions[:, None, None, :, None] >= positions[:, None, None, None, :]
-    if segment_ids is not None:
-      causal &= segment_ids[:, None, None, :, None] == segment_ids[:, None, None, None, :]
-    logits = jnp.where(causal, logits, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(logits, axis=-1).astype(self.dtype)
-    out = jnp.einsum('bngts,bsnd->btgnd', probs, v)
+    queries = (q * dims**-0.5, positions, segment_ids)
+
+    def attend(chunk):
+      q_chunk, q_positions, q_segments = chunk
+      return _attend(q_chunk, k, v, q_positions, positions, q_segments, segment_ids,
+                     c.atten_logit_cap, self.dtype)
+
+    size = c.attention_query_chunk
+    if size and size < x.shape[1]:
+      # Memory-efficient attention: query chunks one at a time, each recomputed in the backward
+      # pass, so only a chunk's (heads, chunk, length) scores are ever alive.
+      split = lambda a: a.reshape((a.shape[0], -1, size) + a.shape[2:]).swapaxes(0, 1)
+      out = jax.lax.map(jax.checkpoint(attend), jax.tree.map(split, queries))
+      out = out.swapaxes(0, 1).reshape(q.shape)
+    else:
+      out = attend(queries)
     return self.project('btgnd,gnde->bte', out,
                         self.weight('post', (group, kv_heads, dims, c.model_dims),
                                     (None, 'heads', 'kv', 'embed'), c.num_heads * dims), 'post')

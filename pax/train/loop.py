@@ -89,6 +89,9 @@ def _validate_names(task: config_lib.TaskConfig) -> None:
     if value not in allowed:
       raise UsageError(f'{key}={value!r} is not one of {", ".join(allowed)}; '
                        f'e.g. --set {key}={next(iter(allowed))}')
+  if m.attention_query_chunk and m.max_seq_len % m.attention_query_chunk:
+    raise UsageError(f'ATTENTION_QUERY_CHUNK={m.attention_query_chunk} does not divide '
+                     f'SEQ_LEN={m.max_seq_len}')
   if m.num_heads % m.num_kv_heads:
     raise UsageError(f'NUM_HEADS={m.num_heads} is not a multiple of NUM_KV_HEADS='
                      f'{m.num_kv_heads}')

@@ -6,7 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from pax.errors import UsageError
 from pax.models.transformer import TransformerLm, lm_loss
+from pax.train import loop
 from tests.trainer.helpers import Tiny, derive
 
 
@@ -98,3 +100,26 @@ def test_loss_ignores_zero_weight_tokens():
   expected = -(logp[0, 0, 1] + logp[0, 1, 2]) / 2
   np.testing.assert_allclose(loss, expected, rtol=1e-6)
   assert float(metrics['num_tokens']) == 2
+
+
+def test_query_chunked_attention_is_the_same_math():
+  model, params, tokens = _model_and_params(Tiny)
+  chunked = TransformerLm(dataclasses.replace(model.cfg, attention_query_chunk=8))
+  # Packed rows: the segment mask must apply inside every chunk too.
+  segments = jnp.broadcast_to(jnp.repeat(jnp.arange(1, 4), jnp.array([10, 12, 10]),
+                                         total_repeat_length=32), tokens.shape)
+
+  def loss(m, p):
+    logits = m.apply({'params': p}, tokens, segment_ids=segments)
+    return lm_loss(logits, _targets(tokens), jnp.ones(tokens.shape))[0]
+
+  whole, whole_grads = jax.jit(jax.value_and_grad(lambda p: loss(model, p)))(params)
+  parts, parts_grads = jax.jit(jax.value_and_grad(lambda p: loss(chunked, p)))(params)
+  assert float(parts) == pytest.approx(float(whole), rel=1e-6)
+  for a, b in zip(jax.tree.leaves(whole_grads), jax.tree.leaves(parts_grads)):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_query_chunk_must_divide_the_sequence():
+  with pytest.raises(UsageError, match='ATTENTION_QUERY_CHUNK=12 does not divide SEQ_LEN=32'):
+    loop.prepare(derive(Tiny, ATTENTION_QUERY_CHUNK=12)())

@@ -48,6 +48,8 @@ class C4Spmd16BAdam32Replicas(C4SpmdAdam):
   DIMS_PER_HEAD = 128
   PERCORE_BATCH_SIZE = 16
   ICI_MESH_SHAPE = (1, 16, 2)
+  # Not Pax's: 256 queries at a time cut the compiled step's per-device plan by 8.7 GiB.
+  ATTENTION_QUERY_CHUNK = 256
 
 
 @register
