@@ -14,6 +14,7 @@ def test_reference_experiments_compile_at_full_size_and_fit(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
   result = subprocess.run([sys.executable, '-m', 'pax.parallel.aot', 'C4Spmd1BAdam4Replicas',
                            'LmCloudSpmd2BLimitSteps', 'C4SpmdPipelineGpt3SmallAdam64Replicas',
+                           'LmCloudTransformerAdamLimitSteps',
                            '--json', str(out)], cwd=ROOT,
                           env={**env, 'PYTHONPATH': ROOT}, capture_output=True, text=True,
                           timeout=900)
@@ -25,6 +26,8 @@ def test_reference_experiments_compile_at_full_size_and_fit(tmp_path):
   for name in ('C4Spmd1BAdam4Replicas', 'LmCloudSpmd2BLimitSteps'):
     assert rows[name]['devices'] == 4
     assert rows[name]['mesh'] == {'replica': 1, 'data': 4, 'mdl': 1}
+  pmapped = rows['LmCloudTransformerAdamLimitSteps']
+  assert pmapped['strategy'] == 'pmap' and pmapped['devices'] == 4  # Pax ran it on a v4-8
   piped = rows['C4SpmdPipelineGpt3SmallAdam64Replicas']
   assert piped['devices'] == 64
   assert piped['mesh'] == {'stage': 4, 'replica': 1, 'data': 4, 'mdl': 4}
