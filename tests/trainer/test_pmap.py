@@ -19,7 +19,8 @@ Pmap = derive(Tiny, ICI_MESH_SHAPE=None)
 
 
 def _losses(job):
-  return [r['loss'] for r in read_metrics(job)], [r['loss'] for r in read_metrics(job, 'eval_test_embedded')]
+  return ([r['loss'] for r in read_metrics(job)],
+          [r['loss'] for r in read_metrics(job, 'eval_test_embedded')])
 
 
 @pytest.fixture(scope='module')
