@@ -571,26 +571,9 @@ def format_report(good: dist_diff.Lock, bad: dist_diff.Lock, bis: Bisector, resu
 
 # CLI --------------------------------------------------------------------------------------
 
-IMAGE = "image"  # GOOD/BAD name for the lock of the pax image bisect runs in
-
-
 def _default_platform() -> str:
     platform = os.environ.get("PAX_PLATFORM", "")
     return platform if platform in dist_release.PLATFORMS else "cpu"
-
-
-def load_lock(spec: str, platform: str) -> dist_diff.Lock:
-    """As pax.dist.diff.load, plus `image`: the lock this pax image was built from."""
-    if spec != IMAGE:
-        return dist_diff.load(spec, platform)
-    path = os.environ.get("PAX_LOCKFILE")
-    if not path:
-        raise dist_diff.LockSpecError(
-            "`image` is the lock of the pax image bisect runs in ($PAX_LOCKFILE), which is not "
-            "set here: run inside a pax image, or name a release or a lockfile")
-    lock = dist_diff.load(path, platform)
-    name = os.environ.get("PAX_IMAGE")
-    return dataclasses.replace(lock, label=f"image {name} ({path})" if name else f"image ({path})")
 
 
 def checkout() -> Path | None:
@@ -666,8 +649,8 @@ def main(argv: list[str] | None = None, log=None) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     try:
-        good = load_lock(args.good, args.platform)
-        bad = load_lock(args.bad, args.platform)
+        good = dist_diff.load(args.good, args.platform)
+        bad = dist_diff.load(args.bad, args.platform)
     except dist_diff.LockSpecError as err:
         print(f"bisect: {err}", file=sys.stderr)
         return 2

@@ -1,10 +1,11 @@
 """Diff two pip-compile lockfiles: upgraded, downgraded, added, removed; major jumps marked.
 
-A lock may be named three ways (`load`):
+A lock may be named four ways (`load`):
 
   1.4.0 / v1.4.0 / nightly           a release: releases/<version>/<platform>.txt
   path/to/lock.txt                    a lockfile on disk
   GITREV:path/to/lock.txt             a lockfile as committed at GITREV (`git show`)
+  image                               inside a pax image: the lock it was built from
 
   python -m pax.dist.diff A B [--platform cpu] [--json]      (nox: ./noxw -s diff -- A B)
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -159,8 +161,13 @@ def _git_show(rev: str, path: str, root: Path) -> str:
     return out.stdout
 
 
+IMAGE = "image"  # the lock of the pax image this runs in
+
+
 def load(spec: str, platform: str = "cpu", root: Path | None = None) -> Lock:
-    """Resolve a release name, a lockfile path, or `GITREV:path` into its pins."""
+    """Resolve a release name, a lockfile path, `GITREV:path` or `image` into its pins."""
+    if spec == IMAGE:
+        return _image_lock(platform)
     root = root or dist_release.REPO_ROOT
     if platform not in dist_release.PLATFORMS:
         raise LockSpecError(f"unknown platform {platform!r}; "
@@ -196,7 +203,19 @@ def load(spec: str, platform: str = "cpu", root: Path | None = None) -> Lock:
         raise LockSpecError(str(err)) from err
     known = ", ".join(r.version for r in dist_release.list_releases(root)) or "none"
     raise LockSpecError(f"{spec!r} is not a release ({known}), a lockfile, "
-                        f"nor GITREV:path/to/lock.txt")
+                        f"GITREV:path/to/lock.txt, nor `image`")
+
+
+def _image_lock(platform: str) -> Lock:
+    """Inside a pax image: $PAX_LOCKFILE, labelled with the image's name."""
+    path = os.environ.get("PAX_LOCKFILE")
+    if not path:
+        raise LockSpecError(
+            "`image` is the lock of the pax image this runs in ($PAX_LOCKFILE), which is not "
+            "set here: run inside a pax image, or name a release or a lockfile")
+    lock = load(path, platform)
+    name = os.environ.get("PAX_IMAGE")
+    return dataclasses.replace(lock, label=f"image {name} ({path})" if name else f"image ({path})")
 
 
 # Diffing ------------------------------------------------------------------------------------------

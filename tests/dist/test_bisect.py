@@ -230,14 +230,14 @@ def test_index_lists_wheels_of_a_folder_and_a_simple_index(tmp_path, index):
 
 
 def test_image_lock_and_installed_pax(tmp_path, index, monkeypatch, capsys):
-    """`image` is $PAX_LOCKFILE; an installed pax reaches COMMAND alone, not its site-packages."""
+    """`image` is $PAX_LOCKFILE (for diff and bisect); an installed pax reaches COMMAND alone."""
     import subprocess
     import sys
 
     lock = write_lock(tmp_path / "lock.txt", {"q00": "1.0"}, index)
     monkeypatch.setenv("PAX_LOCKFILE", str(lock))
     monkeypatch.setenv("PAX_IMAGE", "pax:9.9-tpu")
-    loaded = bisect.load_lock("image", "tpu")
+    loaded = diff.load("image", "tpu")
     assert loaded.label == f"image pax:9.9-tpu ({lock})" and list(loaded.pins) == ["q00"]
     monkeypatch.delenv("PAX_LOCKFILE")
     assert bisect.main(["--good", "image", "--bad", str(lock), "--", "true"]) == 2
