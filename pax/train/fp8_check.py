@@ -20,9 +20,7 @@ import numpy as np
 
 from pax.errors import UsageError
 from pax.experiments import registry
-from pax.parallel import sharding
-from pax.train import loop, mfu, state as state_lib
-from pax.train.step import make_train_step
+from pax.train import loop, mfu, placement, state as state_lib
 
 GPU_EXPERIMENT = 'C4Spmd1BAdam4Replicas'
 CPU_EXPERIMENT = 'LmCloudSpmdTiny'
@@ -45,19 +43,14 @@ def _experiment(name: str, use_fp8: bool, batch):
 
 def measure(name: str, use_fp8: bool, steps: int, batch=None) -> dict:
   run = loop.prepare(_experiment(name, use_fp8, batch), devices=jax.devices()[:1])
-  abstract, shardings = state_lib.shardings(run.model, run.tx, run.mesh)
-  spec = sharding.batch_sharding(run.mesh)
-  batches = [jax.device_put(run.train_data.batch(i, run.global_batch), spec)
-             for i in range(steps + 1)]
-  step = jax.jit(make_train_step(run.model, run.tx, run.lr_schedule),
-                 in_shardings=(shardings, spec),
-                 out_shardings=(shardings, sharding.replicated(run.mesh)), donate_argnums=0)
-  lowered = step.lower(abstract, batches[0])
+  place = placement.Spmd(run)
+  batches = [place.batch(run.train_data, i) for i in range(steps + 1)]
+  lowered = place.train_step.lower(place.abstract, batches[0])
   start = time.perf_counter()
   compiled = lowered.compile()
   compile_s = time.perf_counter() - start
   hlo = compiled.as_text()
-  state = state_lib.initialize(run.model, run.tx, shardings, run.task.train.seed)
+  state = place.init(run.task.train.seed)
   state, metrics = compiled(state, batches[0])  # warm-up: first-run allocations, autotuning
   losses = [float(metrics['loss'])]
   start = time.perf_counter()
@@ -71,7 +64,7 @@ def measure(name: str, use_fp8: bool, steps: int, batch=None) -> dict:
   flops = mfu.flops_per_token(cfg, cfg.max_seq_len) * tokens
   peak = mfu.peak_flops(jax.devices()[:1], 'bfloat16')
   return {'experiment': registry.name_of(registry.get(name)), 'use_fp8': use_fp8,
-          'params': state_lib.num_params(abstract), 'model': cfg, 'batch': run.global_batch,
+          'params': state_lib.num_params(place.abstract), 'model': cfg, 'batch': run.global_batch,
           'tokens_per_step': tokens, 'flops_per_step': flops, 'peak': peak,
           'compile_s': compile_s, 'step_s': step_s, 'tokens_per_s': tokens / step_s,
           'mfu': flops / step_s / peak['flops'], 'losses': losses,

@@ -24,11 +24,21 @@ def for_run(run):
   return Pmap(run) if run.pmap else Spmd(run)
 
 
-class Spmd:
+class _Placement:
+  """What both share: the run, the abstract state and its shardings, initialization."""
+
+  def __init__(self, run, mesh):
+    self.run = run
+    self.abstract, self.shardings = state_lib.shardings(run.model, run.tx, mesh)
+
+  def init(self, seed: int):
+    return state_lib.initialize(self.run.model, self.run.tx, self.shardings, seed)
+
+
+class Spmd(_Placement):
 
   def __init__(self, run):
-    self.run = run
-    self.abstract, self.shardings = state_lib.shardings(run.model, run.tx, run.mesh)
+    super().__init__(run, run.mesh)
     batch = sharding.batch_sharding(run.mesh)
     self.train_step = jax.jit(make_train_step(run.model, run.tx, run.lr_schedule),
                               in_shardings=(self.shardings, batch),
@@ -37,9 +47,6 @@ class Spmd:
     self.eval_step = jax.jit(make_eval_step(run.model),
                              in_shardings=(state_lib.model_variables(self.shardings), batch),
                              out_shardings=sharding.replicated(run.mesh))
-
-  def init(self, seed: int):
-    return state_lib.initialize(self.run.model, self.run.tx, self.shardings, seed)
 
   def place(self, state):
     return state
@@ -58,22 +65,18 @@ class Spmd:
             for k, v in _local_rows(dataset, index, run).items()}
 
 
-class Pmap:
+class Pmap(_Placement):
 
   def __init__(self, run):
-    self.run = run
     self.devices = [d for d in run.mesh.devices.flat if d.process_index == jax.process_index()]
     one = jax.sharding.Mesh(np.asarray(self.devices[:1]).reshape((1,) * len(run.mesh.axis_names)),
                             run.mesh.axis_names)
-    self.abstract, self.shardings = state_lib.shardings(run.model, run.tx, one)
+    super().__init__(run, one)  # state initialized and checkpointed as one replica
     self.train_step = jax.pmap(
         make_train_step(run.model, run.tx, run.lr_schedule, axis_name=PMAP_AXIS),
         axis_name=PMAP_AXIS, devices=self.devices, donate_argnums=0)
     self.eval_step = jax.pmap(make_eval_step(run.model, axis_name=PMAP_AXIS),
                               axis_name=PMAP_AXIS, devices=self.devices)
-
-  def init(self, seed: int):
-    return state_lib.initialize(self.run.model, self.run.tx, self.shardings, seed)
 
   def place(self, state):
     # Under pmap's own axis name, so the step's outputs match its inputs and it compiles once.
