@@ -33,7 +33,11 @@ class Run:
   train_data: object
   eval_data: dict
   global_batch: int
-  pmap: bool  # no ICI_MESH_SHAPE: data-parallel through jax.pmap, as Pax
+
+  @property
+  def pmap(self) -> bool:
+    """No ICI_MESH_SHAPE: data-parallel through jax.pmap, as Pax."""
+    return self.task.mesh.ici_mesh_shape is None
 
 
 def prepare(experiment, devices=None) -> Run:
@@ -70,7 +74,7 @@ def prepare(experiment, devices=None) -> Run:
   return Run(task=task, datasets=datasets, mesh=mesh, model=model, tx=tx,
              lr_schedule=lr_schedule, train_data=train_data,
              eval_data={d.name: data.build(d, vocab) for d in datasets if not d.is_training},
-             global_batch=global_batch, pmap=pmap)
+             global_batch=global_batch)
 
 
 def _validate_names(task: config_lib.TaskConfig) -> None:
