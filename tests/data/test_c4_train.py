@@ -15,23 +15,15 @@ from pax.checkpoint.manager import Checkpointer  # noqa: E402
 from pax.data import c4  # noqa: E402
 from pax.tasks.lm.params.c4 import C4SpmdTinyAdam1Replica  # noqa: E402
 from pax.train import loop  # noqa: E402
-from tests.trainer.helpers import derive, read_metrics  # noqa: E402
+from tests.trainer.helpers import ShortRun, derive, read_metrics  # noqa: E402
 
 
-class TinyC4(C4SpmdTinyAdam1Replica):
+class TinyC4(ShortRun, C4SpmdTinyAdam1Replica):
   NUM_LAYERS = 1
   MODEL_DIMS = 32
   HIDDEN_DIMS = 64
   SEQ_LEN = 32
   PERCORE_BATCH_SIZE = 8
-  NUM_TRAIN_STEPS = 6
-  SUMMARY_EVERY_N_STEPS = 1
-  EVAL_EVERY_N_STEPS = 3
-  EVAL_NUM_BATCHES = 2
-  CHECKPOINT_EVERY_N_STEPS = 3
-  LR_WARMUP_STEPS = 2
-  LR_DECAY_START = 2
-  LR_DECAY_END = 50
 
 
 def _train(job_dir, experiment_cls):

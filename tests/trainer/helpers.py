@@ -5,14 +5,8 @@ import struct
 from pax.tasks.lm.params.lm_cloud import LmCloudSpmdTiny
 
 
-class Tiny(LmCloudSpmdTiny):
-  """Small enough to compile and train in seconds on CPU."""
-  NUM_LAYERS = 2
-  MODEL_DIMS = 64
-  HIDDEN_DIMS = 128
-  NUM_HEADS = 4
-  SEQ_LEN = 32
-  PERCORE_BATCH_SIZE = 8
+class ShortRun:
+  """A test's run length: 6 steps, summaries every step, eval and checkpoint every 3."""
   NUM_TRAIN_STEPS = 6
   SUMMARY_EVERY_N_STEPS = 1
   EVAL_EVERY_N_STEPS = 3
@@ -21,6 +15,16 @@ class Tiny(LmCloudSpmdTiny):
   LR_WARMUP_STEPS = 2
   LR_DECAY_START = 2
   LR_DECAY_END = 50
+
+
+class Tiny(ShortRun, LmCloudSpmdTiny):
+  """Small enough to compile and train in seconds on CPU."""
+  NUM_LAYERS = 2
+  MODEL_DIMS = 64
+  HIDDEN_DIMS = 128
+  NUM_HEADS = 4
+  SEQ_LEN = 32
+  PERCORE_BATCH_SIZE = 8
 
 
 def derive(base, **attrs):
