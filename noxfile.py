@@ -2,7 +2,7 @@
 
 Every session that runs the trainer uses one pinned environment per (release, platform),
 `.venv/pax-<release>-<platform>`, built from `releases/<release>/<platform>.txt` and checked
-against it before each use (pax.dist.venv). Sessions themselves get no nox venv
+against it before each use (pax.environments.venv). Sessions themselves get no nox venv
 (venv_backend="none"), so `train` and `test` share that one environment.
 
   ./noxw -s test  -- [RELEASE] [pytest args]        tests against a release (default: newest)
@@ -11,6 +11,7 @@ against it before each use (pax.dist.venv). Sessions themselves get no nox venv
   ./noxw -s data  -- [RELEASE] sample|spm|inspect ...     C4 shards, SentencePiece, inspection
   ./noxw -s lock  -- RELEASE|nightly|tools [PLATFORM...]   recompile lockfiles
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -22,9 +23,9 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from pax.dist import lock as dist_lock  # noqa: E402  (imports no jax: runs in the tools venv)
-from pax.dist import release as dist_release  # noqa: E402
-from pax.dist import venv as dist_venv  # noqa: E402
+from pax.environments import venv as dist_venv  # noqa: E402
+from pax.releases import catalog as dist_release  # noqa: E402
+from pax.releases import compile as dist_lock  # noqa: E402  (imports no jax: runs in the tools venv)
 
 nox.options.sessions = ["test"]
 
@@ -69,8 +70,9 @@ def test(session: nox.Session) -> None:
     env = _env(session, release, "cpu")
     # Tests choose their own devices (conftest sets XLA_FLAGS before jax loads).
     targets = [] if any(Path(a.split("::")[0]).exists() for a in args) else ["tests"]
-    session.run(str(env.python), "-m", "pytest", *targets, *args,
-                env=env.session_env(), external=True)
+    session.run(
+        str(env.python), "-m", "pytest", *targets, *args, env=env.session_env(), external=True
+    )
 
 
 @nox.session(venv_backend="none")
@@ -78,7 +80,7 @@ def train(session: nox.Session) -> None:
     """Train the tiny LM: `train -- [RELEASE] [PLATFORM] [--exp=... --job_log_dir=... ...]`."""
     args = list(session.posargs)
     release = _release(session, args)
-    platform = args.pop(0) if args and args[0] in dist_release.PLATFORMS else "cpu"
+    platform = args.pop(0) if args and args[0] in dist_release.LOCK_PLATFORMS else "cpu"
     # Everything else goes to pax.main as is (`--flag=value` or `--flag value`).
     given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
     flags = [f"{k}={v}" for k, v in TRAIN_DEFAULTS.items() if k not in given] + args
@@ -97,16 +99,20 @@ def lock(session: nox.Session) -> None:
     """Recompile lockfiles: `lock -- RELEASE|nightly|tools [PLATFORM...]`."""
     args = list(session.posargs)
     if not args:
-        session.error("lock: name a release, e.g. `./noxw -s lock -- 1.4.0 [cpu tpu gpu]`, "
-                      "`-- nightly` or `-- tools`")
+        session.error(
+            "lock: name a release, e.g. `./noxw -s lock -- 1.4.0 [cpu tpu gpu]`, "
+            "`-- nightly` or `-- tools`"
+        )
     name, platforms = args[0], args[1:]
     if name == "tools":
         dist_lock.lock_tools(ROOT, log=session.log)
         return
-    bad = [p for p in platforms if p not in dist_release.PLATFORMS]
+    bad = [p for p in platforms if p not in dist_release.LOCK_PLATFORMS]
     if bad:
-        session.error(f"lock: unknown platform(s) {' '.join(bad)}; "
-                      f"platforms: {', '.join(dist_release.PLATFORMS)}")
+        session.error(
+            f"lock: unknown platform(s) {' '.join(bad)}; "
+            f"platforms: {', '.join(dist_release.LOCK_PLATFORMS)}"
+        )
     if name == dist_release.NIGHTLY:
         release = dist_lock.make_nightly(ROOT)
     else:
@@ -120,11 +126,11 @@ def lock(session: nox.Session) -> None:
 # Later: build, smoke, publish, release, diff, bisect, bench.
 
 
-# Container images (Dockerfile.tpu / Dockerfile.gpu). The logic lives in pax.dist.images;
+# Container images (Dockerfile.tpu / Dockerfile.gpu). The logic lives in pax.images;
 # the engine, base image and registry come from ci/docker-engine.sh, ci/base-image.sh and
 # ci/registry.sh.
 def _images(session: nox.Session, command: str, usage: str) -> None:
-    from pax.dist import images  # noqa: PLC0415  (stdlib only)
+    from pax.images import cli as images  # noqa: PLC0415  (stdlib only)
 
     if len([a for a in session.posargs if not a.startswith("-")]) < 2:
         session.error(f"{command}: usage: ./noxw -s {command} -- {usage}")
@@ -156,17 +162,17 @@ def publish(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def cluster(session: nox.Session) -> None:
     """JobSet or Slurm script for the images: `cluster -- RELEASE tpu|gpu|slurm --exp=NAME [-o F]`."""
-    from pax.dist import cluster as dist_cluster  # noqa: PLC0415  (stdlib + pax.experiments)
+    from pax.launch import render as dist_cluster  # noqa: PLC0415  (stdlib + pax.experiments)
 
     if dist_cluster.main(list(session.posargs)):
         session.error("cluster: nothing written")
 
 
-# Lockfile diff and dependency bisect. The logic lives in pax.dist.diff and pax.dist.bisect.
+# Lockfile diff and dependency bisect. The logic lives in pax.releases.diff and pax.bisect.
 @nox.session(venv_backend="none")
 def diff(session: nox.Session) -> None:
     """Diff two locks: `diff -- A B [--platform cpu] [--json]` (release, path or GITREV:path)."""
-    from pax.dist import diff as dist_diff  # noqa: PLC0415  (stdlib only)
+    from pax.releases import diff as dist_diff  # noqa: PLC0415  (stdlib only)
 
     code = dist_diff.main(list(session.posargs))
     if code:
@@ -176,24 +182,29 @@ def diff(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def bisect(session: nox.Session) -> None:
     """Find the package change that breaks a command: `bisect -- --good A --bad B -- COMMAND...`."""
-    from pax.dist import bisect as dist_bisect  # noqa: PLC0415  (stdlib only)
+    from pax.bisect import cli as dist_bisect  # noqa: PLC0415  (stdlib only)
 
     code = dist_bisect.main(list(session.posargs))
     if code:
         session.error(f"bisect: exit {code}")
 
 
-# Releases: cut one (pax.dist.cut) and regenerate the releases tables (pax.dist.readme).
+# Releases: cut one (pax.releases.cut) and regenerate the releases tables (pax.releases.readme).
 @nox.session(venv_backend="none")
 def release(session: nox.Session) -> None:
     """Cut a release: `release -- X.Y.Z [--skip-tests] [--base-image IMAGE]` (locks, tests,
     commit, branch rX.Y.Z, tag vX.Y.Z)."""
-    from pax.dist import cut as dist_cut  # noqa: PLC0415  (stdlib only)
+    from pax.releases import cut as dist_cut  # noqa: PLC0415  (stdlib only)
 
     args = dist_cut.parse_args(list(session.posargs))
     try:
-        dist_cut.cut(args.version, ROOT, skip_tests=args.skip_tests, base_image=args.base_image,
-                     log=session.log)
+        dist_cut.cut(
+            args.version,
+            ROOT,
+            skip_tests=args.skip_tests,
+            base_image=args.base_image,
+            log=session.log,
+        )
     except dist_cut.CutError as err:
         session.error(str(err))
     except RuntimeError as err:  # a failed pip-compile, a pin the lock does not honour
@@ -203,7 +214,7 @@ def release(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def readme(session: nox.Session) -> None:
     """Regenerate the releases tables between the markers: `readme -- [--check] [FILE...]`."""
-    from pax.dist import readme as dist_readme  # noqa: PLC0415  (stdlib only)
+    from pax.releases import readme as dist_readme  # noqa: PLC0415  (stdlib only)
 
     args = list(session.posargs)
     check = "--check" in args
@@ -213,7 +224,9 @@ def readme(session: nox.Session) -> None:
     except dist_readme.ReadmeError as err:
         session.error(str(err))
     for path in changed:
-        session.log(f"readme: {path.relative_to(ROOT)} {'is out of date' if check else 'rewritten'}")
+        session.log(
+            f"readme: {path.relative_to(ROOT)} {'is out of date' if check else 'rewritten'}"
+        )
     if check and changed:
         session.error("readme: releases tables out of date; run ./noxw -s readme")
     if not changed:
@@ -225,8 +238,9 @@ def _run_module(session: nox.Session, module: str, default_args: tuple = ()) -> 
     args = list(session.posargs)
     release = _release(session, args)
     env = _env(session, release, "cpu")
-    session.run(str(env.python), "-m", module, *(args or default_args), env=env.session_env(),
-                external=True)
+    session.run(
+        str(env.python), "-m", module, *(args or default_args), env=env.session_env(), external=True
+    )
 
 
 @nox.session(venv_backend="none")
@@ -253,8 +267,15 @@ def plot(session: nox.Session) -> None:
     """Draw runs' loss and log-perplexity: `plot -- JOB_DIR... [--out F.png] [--reference NAME]`."""
     if not session.posargs:
         session.error("plot: usage: ./noxw -s plot -- JOB_DIR... [--out F.png] [--reference NAME]")
-    session.run(sys.executable, "-m", "pax.curves", "plot", *session.posargs, external=True,
-                env={"PYTHONPATH": str(ROOT)})
+    session.run(
+        sys.executable,
+        "-m",
+        "pax.curves",
+        "plot",
+        *session.posargs,
+        external=True,
+        env={"PYTHONPATH": str(ROOT)},
+    )
 
 
 @nox.session(venv_backend="none")
@@ -262,8 +283,15 @@ def compare(session: nox.Session) -> None:
     """Is a run inside its reference band: `compare -- JOB_DIR [--reference NAME] [--partial]`."""
     if not session.posargs:
         session.error("compare: usage: ./noxw -s compare -- JOB_DIR [--reference NAME]")
-    session.run(sys.executable, "-m", "pax.curves", "compare", *session.posargs,
-                external=True, env={"PYTHONPATH": str(ROOT)})
+    session.run(
+        sys.executable,
+        "-m",
+        "pax.curves",
+        "compare",
+        *session.posargs,
+        external=True,
+        env={"PYTHONPATH": str(ROOT)},
+    )
 
 
 @nox.session(venv_backend="none")
@@ -290,7 +318,9 @@ def references(session: nox.Session) -> None:
     if len(seeds) < 2 or len(set(seeds)) != len(seeds):
         session.error(f"references: a band needs at least two distinct seeds, got {seeds_text!r}")
     name = exp.rsplit(".", 1)[-1]
-    out = Path(_flag_value(args, "--out") or ROOT / "pax" / "curves" / "references" / f"{name}.json")
+    out = Path(
+        _flag_value(args, "--out") or ROOT / "pax" / "curves" / "references" / f"{name}.json"
+    )
     env = _env(session, release, "cpu")
     job_dirs, commands, walls = [], [], []
     for seed in seeds:
@@ -298,17 +328,26 @@ def references(session: nox.Session) -> None:
         shutil.rmtree(ROOT / job_dir, ignore_errors=True)  # a fresh run, never a resume
         flags = [f"--exp={exp}", f"--job_log_dir={job_dir}", f"--set=SEED={seed}"]
         start = time.monotonic()
-        session.run(str(env.python), "-m", "pax.main", *flags, env=env.session_env(),
-                    external=True)
+        session.run(str(env.python), "-m", "pax.main", *flags, env=env.session_env(), external=True)
         walls.append(round(time.monotonic() - start, 1))
         session.log(f"references: seed {seed} took {walls[-1]:.0f} s")
         job_dirs.append(ROOT / job_dir)
         commands.append(shlex.join(["./noxw", "-s", "train", "--", release.version, "cpu", *flags]))
-    recorded_by = shlex.join(["./noxw", "-s", "references", "--", release.version,
-                              f"--exp={exp}", f"--seeds={','.join(map(str, seeds))}"])
+    recorded_by = shlex.join(
+        [
+            "./noxw",
+            "-s",
+            "references",
+            "--",
+            release.version,
+            f"--exp={exp}",
+            f"--seeds={','.join(map(str, seeds))}",
+        ]
+    )
     try:
-        ref = curves_record.record(job_dirs, name, commands, out, recorded_by=recorded_by,
-                                   wall_s=walls, root=ROOT)
+        ref = curves_record.record(
+            job_dirs, name, commands, out, recorded_by=recorded_by, wall_s=walls, root=ROOT
+        )
     except CurvesError as err:
         session.error(f"references: {err}")
     session.log(f"references: wrote {out} ({len(ref.runs)} runs, seeds {seeds_text})")
@@ -319,18 +358,34 @@ def aot(session: nox.Session) -> None:
     """Compile reference experiments for their full mesh on virtual CPU devices:
     `aot -- [RELEASE] [EXP ...] [--json F]`. Without experiments: every Pax-named one, written
     to docs/aot.json and README's table."""
-    from pax.dist import readme as dist_readme  # noqa: PLC0415  (stdlib only)
+    from pax.releases import readme as dist_readme  # noqa: PLC0415  (stdlib only)
 
     args = list(session.posargs)
     release = _release(session, args)
     reference_set = not [a for a in args if not a.startswith("--")]
     if reference_set:
-        args = ["LmCloudSpmd2BLimitSteps", "LmCloudTransformerAdamLimitSteps",
-                "C4Spmd1BAdam4Replicas", "C4Spmd16BAdam32Replicas",
-                "C4SpmdPipelineGpt3SmallAdam64Replicas", "--json", dist_readme.AOT_JSON, *args]
+        args = [
+            "LmCloudSpmd2BLimitSteps",
+            "LmCloudTransformerAdamLimitSteps",
+            "C4Spmd1BAdam4Replicas",
+            "C4Spmd16BAdam32Replicas",
+            "C4SpmdPipelineGpt3SmallAdam64Replicas",
+            "--json",
+            dist_readme.AOT_JSON,
+            *args,
+        ]
     env = _env(session, release, "cpu")
-    session.run(str(env.python), "-m", "pax.parallel.aot", *args, env=env.session_env(),
-                external=True, success_codes=[0, 1])
+    session.run(
+        str(env.python),
+        "-m",
+        "pax.tools.aot",
+        *args,
+        env=env.session_env(),
+        external=True,
+        success_codes=[0, 1],
+    )
     if reference_set:
         for path in dist_readme.refresh(ROOT, ["README.md"]):
-            session.log(f"aot: {path.relative_to(ROOT)} table rewritten from {dist_readme.AOT_JSON}")
+            session.log(
+                f"aot: {path.relative_to(ROOT)} table rewritten from {dist_readme.AOT_JSON}"
+            )

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # FP8 check for a machine with one Hopper GPU, in under 8 minutes: a few steps of a 1B model
 # (C4Spmd1BAdam4Replicas) in BF16 and in FP8 with step time, tokens/s, MFU and the speed-up,
-# and the count of cuBLASLt FP8 GEMMs in the FP8 step's optimized HLO (pax/train/fp8_check.py).
+# and the count of cuBLASLt FP8 GEMMs in the FP8 step's optimized HLO (pax/tools/fp8_check.py).
 # Without a GPU it runs the tiny model on CPU end to end and says that no GPU is present.
 #
-#   ci/gpu_check.sh [RELEASE] [-- FLAGS]   # FLAGS go to pax.train.fp8_check (--steps, --batch)
-#   docker run --rm --gpus all --entrypoint python pax:1.4.0-gpu -m pax.train.fp8_check
+#   ci/gpu_check.sh [RELEASE] [-- FLAGS]   # FLAGS go to pax.tools.fp8_check (--steps, --batch)
+#   docker run --rm --gpus all --entrypoint python pax:1.4.0-gpu -m pax.tools.fp8_check
 #
 # Python: $PAX_PYTHON if set; else the release's pinned env .venv/pax-<RELEASE>-gpu (-cpu on a
 # machine without an NVIDIA GPU), built by ./noxw from releases/<RELEASE>/<platform>.txt and
@@ -56,7 +56,7 @@ echo "gpu_check: release $RELEASE, platform $PLATFORM, python $PYTHON"
 echo "gpu_check: XLA_FLAGS=$XLA_FLAGS"
 cd "$ROOT"
 status=0
-PYTHONPATH="$ROOT" timeout "${PAX_GPU_CHECK_TIMEOUT_S:-480}" "$PYTHON" -m pax.train.fp8_check "$@" \
+PYTHONPATH="$ROOT" timeout "${PAX_GPU_CHECK_TIMEOUT_S:-480}" "$PYTHON" -m pax.tools.fp8_check "$@" \
   || status=$?
 if [ "$status" -eq 124 ]; then
   echo "gpu_check: FAILED: ran past ${PAX_GPU_CHECK_TIMEOUT_S:-480} s" >&2

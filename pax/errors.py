@@ -2,4 +2,4 @@
 
 
 class UsageError(Exception):
-  """A problem with what the user asked for, with the fix in the message."""
+    """A problem with what the user asked for, with the fix in the message."""

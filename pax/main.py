@@ -3,6 +3,7 @@
 Bad input (an unknown experiment, a bad override, a mesh that does not fit) is reported in one
 line on stderr with exit status 2, before anything is written.
 """
+
 import logging as std_logging
 import os
 import sys
@@ -18,95 +19,112 @@ from pax.train import loop, preemption
 EXIT_USAGE = 2
 _PAX_DIR = os.path.dirname(os.path.abspath(__file__))
 
-_EXP = flags.DEFINE_string('exp', None, 'Experiment name: tasks.lm.params.MODULE.CLASS or any '
-                           'unique dotted suffix of it.')
-_JOB_LOG_DIR = flags.DEFINE_string('job_log_dir', None, 'Job directory: checkpoints, summaries, '
-                                   'metrics.jsonl, config.json, manifest.json.')
-_MODE = flags.DEFINE_enum('mode', 'train', ['train', 'eval'], 'Train (resuming from the newest '
-                          'checkpoint) or evaluate the newest checkpoint.')
-_ENABLE_CHECKPOINT_SAVING = flags.DEFINE_bool('enable_checkpoint_saving', True,
-                                              'Save checkpoints while training.')
-_SET = flags.DEFINE_multi_string('set', [], 'Override a hyper-parameter: --set NUM_LAYERS=2.')
-_LIST = flags.DEFINE_bool('list_experiments', False, 'Print the registered experiments and exit.')
-_DATA_DIR = flags.DEFINE_string('data_dir', None, 'Directory of the C4 shards (c4-train.*-of-*'
-                                '.json.gz, c4-validation.*); sets DATA_DIR (default: '
-                                '$C4_DATA_DIR).')
+_EXP = flags.DEFINE_string(
+    "exp", None, "Experiment name: tasks.lm.params.MODULE.CLASS or any unique dotted suffix of it."
+)
+_JOB_LOG_DIR = flags.DEFINE_string(
+    "job_log_dir",
+    None,
+    "Job directory: checkpoints, summaries, metrics.jsonl, config.json, manifest.json.",
+)
+_MODE = flags.DEFINE_enum(
+    "mode",
+    "train",
+    ["train", "eval"],
+    "Train (resuming from the newest checkpoint) or evaluate the newest checkpoint.",
+)
+_ENABLE_CHECKPOINT_SAVING = flags.DEFINE_bool(
+    "enable_checkpoint_saving", True, "Save checkpoints while training."
+)
+_SET = flags.DEFINE_multi_string("set", [], "Override a hyper-parameter: --set NUM_LAYERS=2.")
+_LIST = flags.DEFINE_bool("list_experiments", False, "Print the registered experiments and exit.")
+_DATA_DIR = flags.DEFINE_string(
+    "data_dir",
+    None,
+    "Directory of the C4 shards (c4-train.*-of-*"
+    ".json.gz, c4-validation.*); sets DATA_DIR (default: "
+    "$C4_DATA_DIR).",
+)
 _PMAP_USE_TENSORSTORE = flags.DEFINE_bool(
-    'pmap_use_tensorstore', None, 'pmap runs (no ICI_MESH_SHAPE): tensorstore-backed orbax '
-    'checkpoints instead of single-file Flax ones; sets PMAP_USE_TENSORSTORE.')
+    "pmap_use_tensorstore",
+    None,
+    "pmap runs (no ICI_MESH_SHAPE): tensorstore-backed orbax "
+    "checkpoints instead of single-file Flax ones; sets PMAP_USE_TENSORSTORE.",
+)
 # Multi-host, as Pax's multiprocess flags. Without them, a cluster jax detects (TPU pod slice,
 # Slurm step, Open MPI) is joined on its own; a plain single-host run joins nothing.
-_SERVER_ADDR = flags.DEFINE_string('server_addr', None, 'Coordinator HOST:PORT (process 0).')
-_NUM_HOSTS = flags.DEFINE_integer('num_hosts', 1, 'Number of processes in the job.')
-_HOST_IDX = flags.DEFINE_integer('host_idx', None, 'This process\'s index, 0..num_hosts-1.')
+_SERVER_ADDR = flags.DEFINE_string("server_addr", None, "Coordinator HOST:PORT (process 0).")
+_NUM_HOSTS = flags.DEFINE_integer("num_hosts", 1, "Number of processes in the job.")
+_HOST_IDX = flags.DEFINE_integer("host_idx", None, "This process's index, 0..num_hosts-1.")
 
 
 def _usage_exit(message: str):
-  print(f'pax: error: {message}', file=sys.stderr)
-  sys.exit(EXIT_USAGE)
+    print(f"pax: error: {message}", file=sys.stderr)
+    sys.exit(EXIT_USAGE)
 
 
 def _parse_flags(argv):
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as e:
-    _usage_exit(str(e))
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        _usage_exit(str(e))
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise UsageError(f'unexpected arguments {argv[1:]}; flags are written --name=value')
-  if _LIST.value:
-    print('\n'.join(registry.names()))
+    if len(argv) > 1:
+        raise UsageError(f"unexpected arguments {argv[1:]}; flags are written --name=value")
+    if _LIST.value:
+        print("\n".join(registry.names()))
+        return 0
+    if not _EXP.value:
+        raise UsageError("--exp is required, e.g. --exp=tasks.lm.params.lm_cloud.LmCloudSpmdTiny")
+    if not _JOB_LOG_DIR.value:
+        raise UsageError("--job_log_dir is required, e.g. --job_log_dir=runs/tiny")
+    registered = registry.get(_EXP.value)
+    name = registry.name_of(registered)
+    # Flags that are hyper-parameters, applied like --set so config.json records them.
+    flag_sets = [f"DATA_DIR={_DATA_DIR.value!r}"] if _DATA_DIR.value else []
+    if _PMAP_USE_TENSORSTORE.value is not None:
+        flag_sets.append(f"PMAP_USE_TENSORSTORE={_PMAP_USE_TENSORSTORE.value}")
+    experiment_cls = overrides.apply(registered, _SET.value + flag_sets)
+    distributed.initialize(_SERVER_ADDR.value, _NUM_HOSTS.value, _HOST_IDX.value)
+    run = loop.prepare(experiment_cls())
+    if _MODE.value == "eval":
+        loop.evaluate(run, _JOB_LOG_DIR.value, name)
+    else:
+        loop.train(run, _JOB_LOG_DIR.value, name, _ENABLE_CHECKPOINT_SAVING.value)
+        logging.info(
+            "job directory: %s (metrics: %s/metrics.jsonl)", _JOB_LOG_DIR.value, _JOB_LOG_DIR.value
+        )
     return 0
-  if not _EXP.value:
-    raise UsageError('--exp is required, e.g. --exp=tasks.lm.params.lm_cloud.LmCloudSpmdTiny')
-  if not _JOB_LOG_DIR.value:
-    raise UsageError('--job_log_dir is required, e.g. --job_log_dir=runs/tiny')
-  registered = registry.get(_EXP.value)
-  name = registry.name_of(registered)
-  # Flags that are hyper-parameters, applied like --set so config.json records them.
-  flag_sets = [f'DATA_DIR={_DATA_DIR.value!r}'] if _DATA_DIR.value else []
-  if _PMAP_USE_TENSORSTORE.value is not None:
-    flag_sets.append(f'PMAP_USE_TENSORSTORE={_PMAP_USE_TENSORSTORE.value}')
-  experiment_cls = overrides.apply(registered, _SET.value + flag_sets)
-  distributed.initialize(_SERVER_ADDR.value, _NUM_HOSTS.value, _HOST_IDX.value)
-  run = loop.prepare(experiment_cls())
-  if _MODE.value == 'eval':
-    loop.evaluate(run, _JOB_LOG_DIR.value, name)
-  else:
-    loop.train(run, _JOB_LOG_DIR.value, name, _ENABLE_CHECKPOINT_SAVING.value)
-    logging.info('job directory: %s (metrics: %s/metrics.jsonl)', _JOB_LOG_DIR.value,
-                 _JOB_LOG_DIR.value)
-  return 0
 
 
 class _OnlyPaxInfo(std_logging.Filter):
-  """Keeps the log readable: INFO lines from pax, warnings and errors from everyone."""
+    """Keeps the log readable: INFO lines from pax, warnings and errors from everyone."""
 
-  def filter(self, record) -> bool:
-    return record.levelno >= std_logging.WARNING or record.pathname.startswith(_PAX_DIR)
+    def filter(self, record) -> bool:
+        return record.levelno >= std_logging.WARNING or record.pathname.startswith(_PAX_DIR)
 
 
 def _main_with_usage_errors(argv):
-  """Exit status: 0 done, 1 the run failed (NaN/Inf loss, a checkpoint write failed),
-  2 bad input, 75 preempted by SIGTERM/SIGINT after saving (rerun to resume)."""
-  logging.get_absl_handler().addFilter(_OnlyPaxInfo())
-  try:
-    return main(argv)
-  except UsageError as e:
-    _usage_exit(str(e))
-  except preemption.Preempted as e:
-    logging.warning('preempted: %s', e)
-    sys.exit(preemption.EXIT_PREEMPTED)
-  except (loop.NonFiniteError, CheckpointError) as e:
-    print(f'pax: error: {e}', file=sys.stderr)
-    sys.exit(1)
+    """Exit status: 0 done, 1 the run failed (NaN/Inf loss, a checkpoint write failed),
+    2 bad input, 75 preempted by SIGTERM/SIGINT after saving (rerun to resume)."""
+    logging.get_absl_handler().addFilter(_OnlyPaxInfo())
+    try:
+        return main(argv)
+    except UsageError as e:
+        _usage_exit(str(e))
+    except preemption.Preempted as e:
+        logging.warning("preempted: %s", e)
+        sys.exit(preemption.EXIT_PREEMPTED)
+    except (loop.NonFiniteError, CheckpointError) as e:
+        print(f"pax: error: {e}", file=sys.stderr)
+        sys.exit(1)
 
 
 def run():
-  app.run(_main_with_usage_errors, flags_parser=_parse_flags)
+    app.run(_main_with_usage_errors, flags_parser=_parse_flags)
 
 
-if __name__ == '__main__':
-  run()
+if __name__ == "__main__":
+    run()

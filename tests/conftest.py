@@ -1,6 +1,8 @@
 """Tests run on CPU with 8 virtual devices; XLA_FLAGS must be set before jax is imported."""
+
 import os
 
-os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
-                           ' --xla_force_host_platform_device_count=8').strip()
-os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")

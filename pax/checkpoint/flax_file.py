@@ -6,6 +6,7 @@ written under a temporary name and renamed, so a write cut off midway is never a
 and only by process 0: under pmap every process holds the same replica. Same surface as
 pax.checkpoint.manager.Checkpointer, so the loop does not care which one it has.
 """
+
 import json
 import os
 import re
@@ -15,80 +16,85 @@ import jax
 import numpy as np
 from flax import serialization
 
-from pax.checkpoint.manager import CheckpointError, STEP_DIGITS, STEP_PREFIX, set_aside, step_name
+from pax.checkpoint.manager import STEP_DIGITS, STEP_PREFIX, CheckpointError, set_aside, step_name
 from pax.errors import UsageError
 
-_NAME = re.compile(rf'{STEP_PREFIX}_(\d{{{STEP_DIGITS}}})')
+_NAME = re.compile(rf"{STEP_PREFIX}_(\d{{{STEP_DIGITS}}})")
 
 
 class FlaxFileCheckpointer:
+    def __init__(self, job_dir: str, max_to_keep: int, saving: bool = True):
+        self.directory = os.path.join(os.path.abspath(job_dir), "checkpoints")
+        self.max_to_keep = max_to_keep
+        self.saving = saving
 
-  def __init__(self, job_dir: str, max_to_keep: int, saving: bool = True):
-    self.directory = os.path.join(os.path.abspath(job_dir), 'checkpoints')
-    self.max_to_keep = max_to_keep
-    self.saving = saving
+    def all_steps(self) -> list[int]:
+        if not os.path.isdir(self.directory):
+            return []
+        names = (_NAME.fullmatch(n) for n in os.listdir(self.directory))
+        return sorted(int(m.group(1)) for m in names if m)
 
-  def all_steps(self) -> list[int]:
-    if not os.path.isdir(self.directory):
-      return []
-    names = (_NAME.fullmatch(n) for n in os.listdir(self.directory))
-    return sorted(int(m.group(1)) for m in names if m)
+    def latest_step(self) -> Optional[int]:
+        steps = self.all_steps()
+        return steps[-1] if steps else None
 
-  def latest_step(self) -> Optional[int]:
-    steps = self.all_steps()
-    return steps[-1] if steps else None
+    def save(self, step: int, state, data=None) -> bool:
+        if not self.saving:
+            return False
+        if jax.process_index() != 0:
+            return True
+        path = os.path.join(self.directory, step_name(step))
+        blob = {"state": jax.device_get(state)}
+        if data is not None:
+            blob["data"] = json.dumps(data.get_state())
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            with open(path + ".tmp", "wb") as f:
+                f.write(serialization.msgpack_serialize(serialization.to_state_dict(blob)))
+            os.replace(path + ".tmp", path)
+        except OSError as e:
+            kept = self.latest_step()
+            kept = f"{step_name(kept)} is intact" if kept is not None else "there is no earlier one"
+            raise CheckpointError(
+                f"writing {path} failed ({e}); {kept}; free space or fix permissions "
+                "there and rerun the same command to resume"
+            ) from e
+        for old in self.all_steps()[: -self.max_to_keep]:
+            os.remove(os.path.join(self.directory, step_name(old)))
+        return True
 
-  def save(self, step: int, state, data=None) -> bool:
-    if not self.saving:
-      return False
-    if jax.process_index() != 0:
-      return True
-    path = os.path.join(self.directory, step_name(step))
-    blob = {'state': jax.device_get(state)}
-    if data is not None:
-      blob['data'] = json.dumps(data.get_state())
-    try:
-      os.makedirs(self.directory, exist_ok=True)
-      with open(path + '.tmp', 'wb') as f:
-        f.write(serialization.msgpack_serialize(serialization.to_state_dict(blob)))
-      os.replace(path + '.tmp', path)
-    except OSError as e:
-      kept = self.latest_step()
-      kept = f'{step_name(kept)} is intact' if kept is not None else 'there is no earlier one'
-      raise CheckpointError(f'writing {path} failed ({e}); {kept}; free space or fix permissions '
-                            'there and rerun the same command to resume') from e
-    for old in self.all_steps()[:-self.max_to_keep]:
-      os.remove(os.path.join(self.directory, step_name(old)))
-    return True
+    def restore_latest(self, abstract_state, data=None):
+        """(step, state) of the newest checkpoint that reads back, or (None, None); a damaged one
+        is moved aside to <job_dir>/checkpoints_damaged/ and the previous one tried."""
+        for step in reversed(self.all_steps()):
+            try:
+                return step, self.restore(step, abstract_state, data)
+            except UsageError:
+                raise
+            except Exception as e:  # msgpack and numpy raise many types on damaged bytes
+                set_aside(self.directory, step, e)
+        return None, None
 
-  def restore_latest(self, abstract_state, data=None):
-    """(step, state) of the newest checkpoint that reads back, or (None, None); a damaged one
-    is moved aside to <job_dir>/checkpoints_damaged/ and the previous one tried."""
-    for step in reversed(self.all_steps()):
-      try:
-        return step, self.restore(step, abstract_state, data)
-      except UsageError:
-        raise
-      except Exception as e:  # msgpack and numpy raise many types on damaged bytes
-        set_aside(self.directory, step, e)
-    return None, None
+    def restore(self, step: int, abstract_state, data=None):
+        """The state at `step`, placed by the shardings in abstract_state's ShapeDtypeStructs."""
+        path = os.path.join(self.directory, step_name(step))
+        with open(path, "rb") as f:
+            blob = serialization.msgpack_restore(f.read())
+        state = serialization.from_state_dict(abstract_state, blob["state"])
+        for (where, want), got in zip(
+            jax.tree_util.tree_leaves_with_path(abstract_state), jax.tree.leaves(state)
+        ):
+            if np.shape(got) != want.shape:
+                raise UsageError(
+                    f"{path} holds {jax.tree_util.keystr(where)} of shape {np.shape(got)}, "
+                    f"the experiment {want.shape}: it was written by another model; use a "
+                    "new --job_log_dir or the experiment that wrote it"
+                )
+        if data is not None and "data" in blob:
+            data.set_state(json.loads(blob["data"]))
+        return jax.tree.map(
+            lambda a, s: jax.device_put(np.asarray(a, s.dtype), s.sharding), state, abstract_state
+        )
 
-  def restore(self, step: int, abstract_state, data=None):
-    """The state at `step`, placed by the shardings in abstract_state's ShapeDtypeStructs."""
-    path = os.path.join(self.directory, step_name(step))
-    with open(path, 'rb') as f:
-      blob = serialization.msgpack_restore(f.read())
-    state = serialization.from_state_dict(abstract_state, blob['state'])
-    for (where, want), got in zip(jax.tree_util.tree_leaves_with_path(abstract_state),
-                                  jax.tree.leaves(state)):
-      if np.shape(got) != want.shape:
-        raise UsageError(f'{path} holds {jax.tree_util.keystr(where)} of shape {np.shape(got)}, '
-                         f'the experiment {want.shape}: it was written by another model; use a '
-                         'new --job_log_dir or the experiment that wrote it')
-    if data is not None and 'data' in blob:
-      data.set_state(json.loads(blob['data']))
-    return jax.tree.map(lambda a, s: jax.device_put(np.asarray(a, s.dtype), s.sharding),
-                        state, abstract_state)
-
-  def close(self) -> None:
-    """Saves are synchronous: nothing to wait for."""
+    def close(self) -> None:
+        """Saves are synchronous: nothing to wait for."""

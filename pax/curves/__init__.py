@@ -5,9 +5,16 @@ reading, band and compare logic runs anywhere (the pinned release env has no mat
 tools venv that ./noxw makes has it). Entry points: `python -m pax.curves plot|compare`,
 the `pax-plot` console script, and `./noxw -s plot|compare|references`.
 """
+
 from pax.curves.compare import Tolerance, compare
-from pax.curves.reference import (METRICS, Band, Reference, load_reference, make_band,
-                                  reference_names)
+from pax.curves.reference import (
+    METRICS,
+    Band,
+    Reference,
+    load_reference,
+    make_band,
+    reference_names,
+)
 from pax.curves.runs import CurvesError, Run, read_metrics, read_run
 
 
@@ -18,5 +25,18 @@ def plot(job_dirs, out_png, reference=None, **kwargs):
     return _plot(job_dirs, out_png, reference=reference, **kwargs)
 
 
-__all__ = ["CurvesError", "Run", "read_metrics", "read_run", "METRICS", "Band", "Reference",
-           "load_reference", "make_band", "reference_names", "Tolerance", "compare", "plot"]
+__all__ = [
+    "CurvesError",
+    "Run",
+    "read_metrics",
+    "read_run",
+    "METRICS",
+    "Band",
+    "Reference",
+    "load_reference",
+    "make_band",
+    "reference_names",
+    "Tolerance",
+    "compare",
+    "plot",
+]

@@ -9,6 +9,7 @@
 experiment (config.json). Exit status: 0 fine (compare: inside the band), 1 compare: outside
 the band or incomplete, 2 bad input (one line on stderr).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,10 @@ class _Parser(argparse.ArgumentParser):
 def _parser(prog: str) -> argparse.ArgumentParser:
     p = _Parser(prog=prog, description="Loss curves of Pax runs, and reference bands.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    ref_help = ("shipped reference name (%s), a reference .json, or 'none'; default: the one "
-                "for the run's experiment" % (", ".join(reference_names()) or "none shipped"))
+    ref_help = (
+        "shipped reference name (%s), a reference .json, or 'none'; default: the one "
+        "for the run's experiment" % (", ".join(reference_names()) or "none shipped")
+    )
     pl = sub.add_parser("plot", help="draw loss and log-perplexity vs step into a PNG")
     pl.add_argument("job_dirs", nargs="+", metavar="JOB_DIR")
     pl.add_argument("--out", default="curves.png", help="PNG to write (default curves.png)")
@@ -38,13 +41,20 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     cp = sub.add_parser("compare", help="is a run inside its reference band? (exit 0/1)")
     cp.add_argument("job_dir", metavar="JOB_DIR")
     cp.add_argument("--reference", default=None, help=ref_help)
-    cp.add_argument("--k", type=float, default=K_SIGMA,
-                    help=f"band widened by max(k*sigma, atol, rtol*|band mean|), sigma the "
-                         f"recorded seed-to-seed std (default k {K_SIGMA})")
+    cp.add_argument(
+        "--k",
+        type=float,
+        default=K_SIGMA,
+        help=f"band widened by max(k*sigma, atol, rtol*|band mean|), sigma the "
+        f"recorded seed-to-seed std (default k {K_SIGMA})",
+    )
     cp.add_argument("--atol", type=float, default=ATOL, help=f"(default {ATOL})")
     cp.add_argument("--rtol", type=float, default=RTOL, help=f"(default {RTOL})")
-    cp.add_argument("--partial", action="store_true",
-                    help="check only the steps the run has logged (a run in progress)")
+    cp.add_argument(
+        "--partial",
+        action="store_true",
+        help="check only the steps the run has logged (a run in progress)",
+    )
     sub.add_parser("references", help="list the shipped references")
     return p
 
@@ -58,10 +68,12 @@ def _reference(name: str | None, run, required: bool):
         name = reference_for(run.experiment)
         if name is None:
             if required:
-                raise CurvesError(f"{run.job_dir}: no shipped reference for experiment "
-                                  f"{run.experiment or '(no config.json)'}; pass --reference "
-                                  f"NAME|FILE.json (shipped: "
-                                  f"{', '.join(reference_names()) or 'none'})")
+                raise CurvesError(
+                    f"{run.job_dir}: no shipped reference for experiment "
+                    f"{run.experiment or '(no config.json)'}; pass --reference "
+                    f"NAME|FILE.json (shipped: "
+                    f"{', '.join(reference_names()) or 'none'})"
+                )
             return None
     return load_reference(name)
 
@@ -73,8 +85,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m pax.curves") -> i
             for name in reference_names():
                 ref = load_reference(name)
                 seeds = ", ".join(str(r.get("seed")) for r in ref.runs)
-                print(f"{name}: {ref.experiment}, {len(ref.runs)} runs (seeds {seeds}), "
-                      f"recorded {ref.recorded_at}")
+                print(
+                    f"{name}: {ref.experiment}, {len(ref.runs)} runs (seeds {seeds}), "
+                    f"recorded {ref.recorded_at}"
+                )
             return 0
         if args.command == "compare":
             if min(args.k, args.rtol, args.atol) < 0:

@@ -13,6 +13,7 @@ A NaN or Inf is always outside. A run that lacks some of the band's steps fails 
 stopped early, or logs at other steps) unless partial=True, which checks only the steps it
 has, for a run still in progress.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -51,24 +52,28 @@ def _describe_ref(ref: Reference) -> str:
     seeds = [r.get("seed") for r in ref.runs]
     seeds_text = ", ".join(str(s) for s in seeds if s is not None)
     kind = "min..max" if ref.band_kind == "minmax" else f"mean ± {ref.k:g}·std"
-    return (f"{ref.name} ({len(ref.runs)} runs{', seeds ' + seeds_text if seeds_text else ''}; "
-            f"band {kind} across runs)")
+    return (
+        f"{ref.name} ({len(ref.runs)} runs{', seeds ' + seeds_text if seeds_text else ''}; "
+        f"band {kind} across runs)"
+    )
 
 
-def compare(run: Run, ref: Reference, tolerance: Tolerance | None = None,
-            partial: bool = False) -> tuple[bool, str]:
+def compare(
+    run: Run, ref: Reference, tolerance: Tolerance | None = None, partial: bool = False
+) -> tuple[bool, str]:
     """(ok, report): ok when every checked point lies inside the widened band."""
     tol = tolerance or Tolerance()
-    lines = [f"compare {run.job_dir} with reference {_describe_ref(ref)}",
-             f"  tolerance {tol}"]
+    lines = [f"compare {run.job_dir} with reference {_describe_ref(ref)}", f"  tolerance {tol}"]
     if run.experiment and run.experiment.rsplit(".", 1)[-1] != ref.experiment.rsplit(".", 1)[-1]:
         lines.append(f"  note: the run is {run.experiment}, the reference is {ref.experiment}")
     run_lock = (run.manifest or {}).get("lock_sha256")
     ref_locks = {r.get("lock_sha256") for r in ref.runs} - {None}
     if run_lock and ref_locks and run_lock not in ref_locks:
-        lines.append(f"  note: the run's lock sha256 {run_lock[:12]} differs from the "
-                     f"reference's {', '.join(sorted(x[:12] for x in ref_locks))} "
-                     f"(another release or platform)")
+        lines.append(
+            f"  note: the run's lock sha256 {run_lock[:12]} differs from the "
+            f"reference's {', '.join(sorted(x[:12] for x in ref_locks))} "
+            f"(another release or platform)"
+        )
     if run.skipped_lines:
         lines.append(f"  note: {run.skipped_lines} unreadable line(s) in metrics.jsonl skipped")
     outside: list[str] = []
@@ -89,8 +94,10 @@ def compare(run: Run, ref: Reference, tolerance: Tolerance | None = None,
             if not math.isfinite(value) or value < low or value > high:
                 side = ">" if math.isfinite(value) and value > high else "<"
                 edge = high if side == ">" else low
-                outside.append(f"{split} {metric} step {step}: {_fmt(value)} {side} "
-                               f"{_fmt(edge)} (band {_fmt(lo)}..{_fmt(hi)}, margin {m:.3f})")
+                outside.append(
+                    f"{split} {metric} step {step}: {_fmt(value)} {side} "
+                    f"{_fmt(edge)} (band {_fmt(lo)}..{_fmt(hi)}, margin {m:.3f})"
+                )
             else:
                 inside += 1
             over = (max(value - hi, lo - value) / m) if math.isfinite(value) else math.inf
@@ -104,9 +111,13 @@ def compare(run: Run, ref: Reference, tolerance: Tolerance | None = None,
             missing.append(f"{label}: steps {_steps(absent)}")
         if worst is not None:
             over, step, value, lo, hi = worst
-            where = ("inside min..max" if over <= 0 else
-                     f"past min..max by {over:.2f} of the margin" if math.isfinite(over)
-                     else "not finite")
+            where = (
+                "inside min..max"
+                if over <= 0
+                else f"past min..max by {over:.2f} of the margin"
+                if math.isfinite(over)
+                else "not finite"
+            )
             status += f"; worst: step {step} {_fmt(value)} vs {_fmt(lo)}..{_fmt(hi)} ({where})"
         lines.append(f"  {label:<28} {status}")
     ok = checked > 0 and not outside and (partial or not missing)
@@ -116,14 +127,18 @@ def compare(run: Run, ref: Reference, tolerance: Tolerance | None = None,
         if len(outside) > MAX_LISTED:
             lines.append(f"  ... and {len(outside) - MAX_LISTED} more")
     if missing and not partial:
-        lines.append("INCOMPLETE: the run has not logged every step the reference has "
-                     "(stopped early?); --partial checks only the steps it has")
+        lines.append(
+            "INCOMPLETE: the run has not logged every step the reference has "
+            "(stopped early?); --partial checks only the steps it has"
+        )
     if checked == 0:
-        lines.append("NOTHING TO COMPARE: the run shares no split, metric and step with the "
-                     "reference")
+        lines.append(
+            "NOTHING TO COMPARE: the run shares no split, metric and step with the reference"
+        )
     if ok:
-        lines.append(f"OK: inside the band at all {checked} points"
-                     + (" logged so far" if missing else ""))
+        lines.append(
+            f"OK: inside the band at all {checked} points" + (" logged so far" if missing else "")
+        )
     return ok, "\n".join(lines)
 
 

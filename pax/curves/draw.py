@@ -2,6 +2,7 @@
 
 The only module that imports matplotlib (the Agg canvas, no pyplot and no display).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,13 +19,16 @@ def _matplotlib():
     try:
         from matplotlib.figure import Figure  # noqa: PLC0415
     except ImportError:
-        raise CurvesError("drawing needs matplotlib, which this environment lacks; run it "
-                          "in the tools venv: ./noxw -s plot -- JOB_DIR...") from None
+        raise CurvesError(
+            "drawing needs matplotlib, which this environment lacks; run it "
+            "in the tools venv: ./noxw -s plot -- JOB_DIR..."
+        ) from None
     return Figure
 
 
-def plot(job_dirs, out_png, reference=None, tolerance: Tolerance | None = None,
-         title: str | None = None) -> Path:
+def plot(
+    job_dirs, out_png, reference=None, tolerance: Tolerance | None = None, title: str | None = None
+) -> Path:
     """Draw the runs in job_dirs (paths or Run objects) into out_png; return its path.
 
     reference: None (no band), a shipped reference name or .json path, or a Reference.
@@ -58,9 +62,16 @@ def plot(job_dirs, out_png, reference=None, tolerance: Tolerance | None = None,
                 steps = sorted(series)
                 values = [series[s] for s in steps]
                 is_train = split == "train"
-                ax.plot(steps, values, color=color, linewidth=1.6 if is_train else 1.2,
-                        linestyle="-" if is_train else "--", marker=None if is_train else "o",
-                        markersize=5, label=f"{_run_label(run, runs)} {_split_label(split)}")
+                ax.plot(
+                    steps,
+                    values,
+                    color=color,
+                    linewidth=1.6 if is_train else 1.2,
+                    linestyle="-" if is_train else "--",
+                    marker=None if is_train else "o",
+                    markersize=5,
+                    label=f"{_run_label(run, runs)} {_split_label(split)}",
+                )
         ax.set_xlabel("step")
         ax.set_ylabel(TITLES.get(metric, metric))
         ax.set_title(TITLES.get(metric, metric))
@@ -84,12 +95,23 @@ def _draw_band(ax, ref: Reference, metric: str, tol: Tolerance) -> None:
         is_train = split == "train"
         color = "0.45" if is_train else "tab:purple"
         margins = [tol.margin(m, band.sigma) for m in band.mean]
-        ax.fill_between(band.steps, [lo - m for lo, m in zip(band.lo, margins)],
-                        [hi + m for hi, m in zip(band.hi, margins)], color=color, alpha=0.12,
-                        linewidth=0)
-        ax.fill_between(band.steps, band.lo, band.hi, color=color, alpha=0.35, linewidth=0,
-                        label=f"reference {ref.name} {_split_label(split)} "
-                              f"({len(ref.runs)} seeds)")
+        ax.fill_between(
+            band.steps,
+            [lo - m for lo, m in zip(band.lo, margins)],
+            [hi + m for hi, m in zip(band.hi, margins)],
+            color=color,
+            alpha=0.12,
+            linewidth=0,
+        )
+        ax.fill_between(
+            band.steps,
+            band.lo,
+            band.hi,
+            color=color,
+            alpha=0.35,
+            linewidth=0,
+            label=f"reference {ref.name} {_split_label(split)} ({len(ref.runs)} seeds)",
+        )
         ax.plot(band.steps, band.mean, color=color, linewidth=0.8, linestyle=":")
 
 
@@ -112,5 +134,7 @@ def _title(runs: list[Run], ref: Reference | None) -> str:
     if manifest.get("lock_sha256"):
         text += f" (lock {manifest['lock_sha256'][:12]})"
     if ref is not None:
-        text += f"  ·  band: {ref.name}, {len(ref.runs)} recorded runs, light rim = compare tolerance"
+        text += (
+            f"  ·  band: {ref.name}, {len(ref.runs)} recorded runs, light rim = compare tolerance"
+        )
     return text

@@ -15,6 +15,7 @@ every point; compare widens the band by a multiple of it.
 The stored band is recomputed from the stored runs on load; a mismatch means the file was
 edited by hand and is refused. Re-record with `./noxw -s references`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,8 +49,13 @@ class Band:
         return self.lo[i], self.hi[i]
 
     def to_json(self) -> dict:
-        return {"steps": self.steps, "lo": self.lo, "hi": self.hi, "mean": self.mean,
-                "sigma": self.sigma}
+        return {
+            "steps": self.steps,
+            "lo": self.lo,
+            "hi": self.hi,
+            "mean": self.mean,
+            "sigma": self.sigma,
+        }
 
 
 def _stats(values: list[float]) -> tuple[float, float, float, float]:
@@ -59,8 +65,9 @@ def _stats(values: list[float]) -> tuple[float, float, float, float]:
     return min(values), max(values), mean, std
 
 
-def make_band(curves: list[dict], kind: str = "minmax", k: float = 2.0,
-              metrics: tuple[str, ...] = METRICS) -> dict[tuple[str, str], Band]:
+def make_band(
+    curves: list[dict], kind: str = "minmax", k: float = 2.0, metrics: tuple[str, ...] = METRICS
+) -> dict[tuple[str, str], Band]:
     """Bands from several runs' curves (curves[split][metric] = {step: value}).
 
     A band covers the splits and metrics every run has, at the steps every run logged;
@@ -83,8 +90,10 @@ def make_band(curves: list[dict], kind: str = "minmax", k: float = 2.0,
             for step in steps:
                 values = [float(s[step]) for s in series]
                 if not all(math.isfinite(v) for v in values):
-                    raise CurvesError(f"{split} {metric} at step {step} is not finite in a "
-                                      f"reference run: {values}")
+                    raise CurvesError(
+                        f"{split} {metric} at step {step} is not finite in a "
+                        f"reference run: {values}"
+                    )
                 vmin, vmax, vmean, vstd = _stats(values)
                 squares += sum((v - vmean) ** 2 for v in values)
                 dof += len(values) - 1
@@ -104,9 +113,13 @@ def make_band(curves: list[dict], kind: str = "minmax", k: float = 2.0,
 
 
 def _curves_to_json(curves: dict) -> dict:
-    return {split: {metric: {str(step): value for step, value in sorted(series.items())}
-                    for metric, series in by_metric.items()}
-            for split, by_metric in curves.items()}
+    return {
+        split: {
+            metric: {str(step): value for step, value in sorted(series.items())}
+            for metric, series in by_metric.items()
+        }
+        for split, by_metric in curves.items()
+    }
 
 
 def _curves_from_json(data, where: str) -> dict:
@@ -120,11 +133,11 @@ def _curves_from_json(data, where: str) -> dict:
             if not isinstance(series, dict):
                 raise CurvesError(f"{where}: curves.{split}.{metric} must map step to value")
             try:
-                curves.setdefault(split, {})[metric] = {int(s): float(v)
-                                                        for s, v in series.items()}
+                curves.setdefault(split, {})[metric] = {int(s): float(v) for s, v in series.items()}
             except (TypeError, ValueError):
-                raise CurvesError(f"{where}: curves.{split}.{metric} has a step or value that "
-                                  f"is not a number") from None
+                raise CurvesError(
+                    f"{where}: curves.{split}.{metric} has a step or value that is not a number"
+                ) from None
     return curves
 
 
@@ -134,12 +147,12 @@ class Reference:
 
     name: str
     experiment: str
-    runs: list[dict]                       # metadata + "curves" per recorded run
+    runs: list[dict]  # metadata + "curves" per recorded run
     band_kind: str = "minmax"
     k: float = 2.0
-    recorded_by: str = ""                  # the command that recorded the whole file
+    recorded_by: str = ""  # the command that recorded the whole file
     recorded_at: str = ""
-    source: str = ""                       # where it was loaded from
+    source: str = ""  # where it was loaded from
     bands: dict[tuple[str, str], Band] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
@@ -162,11 +175,19 @@ class Reference:
             "experiment": self.experiment,
             "recorded_by": self.recorded_by,
             "recorded_at": self.recorded_at,
-            "band": {"kind": self.band_kind, "k": self.k if self.band_kind == "std" else None,
-                     "note": "band per split/metric at the steps all runs logged"},
+            "band": {
+                "kind": self.band_kind,
+                "k": self.k if self.band_kind == "std" else None,
+                "note": "band per split/metric at the steps all runs logged",
+            },
             "bands": bands,
-            "runs": [{**{k: v for k, v in r.items() if k != "curves"},
-                      "curves": _curves_to_json(r["curves"])} for r in self.runs],
+            "runs": [
+                {
+                    **{k: v for k, v in r.items() if k != "curves"},
+                    "curves": _curves_to_json(r["curves"]),
+                }
+                for r in self.runs
+            ],
         }
 
     def write(self, path: str | Path) -> Path:
@@ -182,8 +203,9 @@ class Reference:
         if not isinstance(data, dict):
             raise CurvesError(f"{where}: not a reference (a JSON object is expected)")
         if data.get("schema") != SCHEMA:
-            raise CurvesError(f"{where}: reference schema {data.get('schema')!r}, "
-                              f"this Pax reads {SCHEMA}")
+            raise CurvesError(
+                f"{where}: reference schema {data.get('schema')!r}, this Pax reads {SCHEMA}"
+            )
         for key in ("name", "experiment"):
             if not isinstance(data.get(key), str) or not data[key]:
                 raise CurvesError(f"{where}: {key!r} missing")
@@ -193,15 +215,26 @@ class Reference:
         band = data.get("band") or {}
         kind = band.get("kind", "minmax")
         k = band.get("k") if band.get("k") is not None else 2.0
-        loaded = [{**r, "curves": _curves_from_json(r.get("curves"), f"{where}: run {i}")}
-                  for i, r in enumerate(runs)]
-        ref = cls(name=data["name"], experiment=data["experiment"], runs=loaded,
-                  band_kind=kind, k=float(k), recorded_by=data.get("recorded_by", ""),
-                  recorded_at=data.get("recorded_at", ""), source=where)
+        loaded = [
+            {**r, "curves": _curves_from_json(r.get("curves"), f"{where}: run {i}")}
+            for i, r in enumerate(runs)
+        ]
+        ref = cls(
+            name=data["name"],
+            experiment=data["experiment"],
+            runs=loaded,
+            band_kind=kind,
+            k=float(k),
+            recorded_by=data.get("recorded_by", ""),
+            recorded_at=data.get("recorded_at", ""),
+            source=where,
+        )
         stored = data.get("bands")
         if stored is not None and _bands_json(stored) != _bands_json(ref.to_json()["bands"]):
-            raise CurvesError(f"{where}: the stored band does not match the stored runs "
-                              f"(edited by hand?); re-record with ./noxw -s references")
+            raise CurvesError(
+                f"{where}: the stored band does not match the stored runs "
+                f"(edited by hand?); re-record with ./noxw -s references"
+            )
         return ref
 
 
@@ -215,6 +248,7 @@ def _bands_json(bands) -> str:
         if isinstance(x, dict):
             return {k: rounded(v) for k, v in x.items()}
         return x
+
     return json.dumps(rounded(bands), sort_keys=True)
 
 
@@ -234,8 +268,10 @@ def load_reference(name: str | Path) -> Reference:
         short = text.rsplit(".", 1)[-1]
         names = reference_names()
         if short not in names:
-            raise CurvesError(f"unknown reference {text!r}; shipped: "
-                              f"{', '.join(names) or 'none'} (or give a reference .json path)")
+            raise CurvesError(
+                f"unknown reference {text!r}; shipped: "
+                f"{', '.join(names) or 'none'} (or give a reference .json path)"
+            )
         path = REFERENCES_DIR / f"{short}.json"
         where = f"reference {short}"
     try:

@@ -5,6 +5,7 @@ appended as the run goes. After a resume the steps since the restored checkpoint
 again and appear twice; the later row wins. A line cut off by a kill (only ever the last one)
 is skipped and counted, never fatal.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,10 +26,10 @@ class Run:
 
     job_dir: Path
     curves: dict[str, dict[str, dict[int, float]]]
-    experiment: str | None = None   # from config.json
-    seed: int | None = None         # from config.json
-    manifest: dict | None = None    # manifest.json, as written by the trainer
-    skipped_lines: int = 0          # lines that were not a JSON object with split and step
+    experiment: str | None = None  # from config.json
+    seed: int | None = None  # from config.json
+    manifest: dict | None = None  # manifest.json, as written by the trainer
+    skipped_lines: int = 0  # lines that were not a JSON object with split and step
 
     @property
     def name(self) -> str:
@@ -98,12 +99,15 @@ def read_run(job_dir: str | Path) -> Run:
     if not job_dir.exists():
         raise CurvesError(f"{job_dir}: no such job directory")
     if not job_dir.is_dir():
-        raise CurvesError(f"{job_dir}: not a directory (give the job directory, "
-                          f"the one holding {METRICS_FILE})")
+        raise CurvesError(
+            f"{job_dir}: not a directory (give the job directory, the one holding {METRICS_FILE})"
+        )
     path = job_dir / METRICS_FILE
     if not path.is_file():
-        raise CurvesError(f"{job_dir}: no {METRICS_FILE} (not a job directory, or the run "
-                          f"has not logged a step yet)")
+        raise CurvesError(
+            f"{job_dir}: no {METRICS_FILE} (not a job directory, or the run "
+            f"has not logged a step yet)"
+        )
     try:
         curves, skipped = read_metrics(path)
     except OSError as err:
@@ -111,14 +115,19 @@ def read_run(job_dir: str | Path) -> Run:
     if not curves:
         raise CurvesError(f"{path}: no metric rows (empty, or not written by the trainer)")
     config = _json_or_none(job_dir / "config.json") or {}
-    seed = (config.get("task") or {}).get("train", {}).get("seed") if isinstance(
-        config.get("task"), dict) else None
-    return Run(job_dir=job_dir, curves=curves,
-               experiment=config.get("experiment") if isinstance(config.get("experiment"), str)
-               else None,
-               seed=seed if isinstance(seed, int) else None,
-               manifest=_json_or_none(job_dir / "manifest.json"),
-               skipped_lines=skipped)
+    seed = (
+        (config.get("task") or {}).get("train", {}).get("seed")
+        if isinstance(config.get("task"), dict)
+        else None
+    )
+    return Run(
+        job_dir=job_dir,
+        curves=curves,
+        experiment=config.get("experiment") if isinstance(config.get("experiment"), str) else None,
+        seed=seed if isinstance(seed, int) else None,
+        manifest=_json_or_none(job_dir / "manifest.json"),
+        skipped_lines=skipped,
+    )
 
 
 def is_finite(value: float) -> bool:

@@ -5,6 +5,7 @@ For the embedded corpus and synthetic data a batch is a pure function of (seed, 
 resuming needs no iterator state. C4 (pax.data.c4) is a stream whose position is checkpointed.
 Each process builds only its own rows of the global batch.
 """
+
 import jax
 import numpy as np
 
@@ -17,69 +18,83 @@ EVAL_FRACTION = 0.1  # the embedded corpus's last 10% is held out
 
 
 def embedded_text() -> str:
-  """English text every CPython ships: the pydoc topic help (about 465 KB)."""
-  from pydoc_data import topics  # pylint: disable=g-import-not-at-top
-  return ''.join(topics.topics[key] for key in sorted(topics.topics))
+    """English text every CPython ships: the pydoc topic help (about 465 KB)."""
+    from pydoc_data import topics  # pylint: disable=g-import-not-at-top
+
+    return "".join(topics.topics[key] for key in sorted(topics.topics))
 
 
 class WindowDataset:
-  """Random windows of seq_len + 1 tokens from one token array, drawn by (seed, index)."""
+    """Random windows of seq_len + 1 tokens from one token array, drawn by (seed, index)."""
 
-  def __init__(self, tokens: np.ndarray, seq_len: int, seed: int):
-    if len(tokens) <= seq_len + 1:
-      raise UsageError(f'the data split has {len(tokens)} tokens, fewer than SEQ_LEN+1 = '
-                       f'{seq_len + 1}; lower --set SEQ_LEN or use a bigger corpus')
-    self.tokens, self.seq_len, self.seed = tokens, seq_len, seed
+    def __init__(self, tokens: np.ndarray, seq_len: int, seed: int):
+        if len(tokens) <= seq_len + 1:
+            raise UsageError(
+                f"the data split has {len(tokens)} tokens, fewer than SEQ_LEN+1 = "
+                f"{seq_len + 1}; lower --set SEQ_LEN or use a bigger corpus"
+            )
+        self.tokens, self.seq_len, self.seed = tokens, seq_len, seed
 
-  def batch(self, index: int, batch_size: int, rows: slice = slice(None)) -> dict:
-    rng = np.random.default_rng([self.seed, index])
-    starts = rng.integers(0, len(self.tokens) - self.seq_len - 1, size=batch_size)[rows]
-    windows = self.tokens[starts[:, None] + np.arange(self.seq_len + 1)]
-    return {
-        'inputs': windows[:, :-1],
-        'targets': windows[:, 1:],
-        'weights': np.ones(windows[:, 1:].shape, np.float32),
-    }
+    def batch(self, index: int, batch_size: int, rows: slice = slice(None)) -> dict:
+        rng = np.random.default_rng([self.seed, index])
+        starts = rng.integers(0, len(self.tokens) - self.seq_len - 1, size=batch_size)[rows]
+        windows = self.tokens[starts[:, None] + np.arange(self.seq_len + 1)]
+        return {
+            "inputs": windows[:, :-1],
+            "targets": windows[:, 1:],
+            "weights": np.ones(windows[:, 1:].shape, np.float32),
+        }
 
 
 class SyntheticDataset:
-  """Uniform random tokens: no signal, for speed measurements (as Pax's LmCloud runs)."""
+    """Uniform random tokens: no signal, for speed measurements (as Pax's LmCloud runs)."""
 
-  def __init__(self, vocab_size: int, seq_len: int, seed: int):
-    self.vocab_size, self.seq_len, self.seed = vocab_size, seq_len, seed
+    def __init__(self, vocab_size: int, seq_len: int, seed: int):
+        self.vocab_size, self.seq_len, self.seed = vocab_size, seq_len, seed
 
-  def batch(self, index: int, batch_size: int, rows: slice = slice(None)) -> dict:
-    rng = np.random.default_rng([self.seed, index])
-    tokens = rng.integers(0, self.vocab_size, size=(batch_size, self.seq_len + 1),
-                          dtype=np.int32)[rows]
-    return {'inputs': tokens[:, :-1], 'targets': tokens[:, 1:],
-            'weights': np.ones(tokens[:, 1:].shape, np.float32)}
+    def batch(self, index: int, batch_size: int, rows: slice = slice(None)) -> dict:
+        rng = np.random.default_rng([self.seed, index])
+        tokens = rng.integers(
+            0, self.vocab_size, size=(batch_size, self.seq_len + 1), dtype=np.int32
+        )[rows]
+        return {
+            "inputs": tokens[:, :-1],
+            "targets": tokens[:, 1:],
+            "weights": np.ones(tokens[:, 1:].shape, np.float32),
+        }
 
 
 def build(config: DatasetConfig, vocab_size: int):
-  if config.source == 'embedded':
-    tokenizer = ByteTokenizer()
-    if vocab_size < tokenizer.vocab_size:
-      raise UsageError(f'the embedded corpus is byte-level and needs VOCAB_SIZE >= 256 '
-                       f'(got {vocab_size}); --set VOCAB_SIZE=256')
-    tokens = tokenizer.encode(embedded_text())
-    split = int(len(tokens) * (1 - EVAL_FRACTION))
-    tokens = tokens[:split] if config.is_training else tokens[split:]
-    # Eval windows use a different stream of indices than training ones.
-    seed = config.seed if config.is_training else config.seed + 1
-    return WindowDataset(tokens, config.seq_len, seed)
-  if config.source == 'synthetic':
-    return SyntheticDataset(vocab_size, config.seq_len,
-                            config.seed if config.is_training else config.seed + 1)
-  if config.source == 'c4':
-    try:
-      from pax.data import c4  # pylint: disable=g-import-not-at-top  (grain: the C4 path only)
-    except ImportError as e:
-      raise UsageError(f'DATA_SOURCE=c4 needs grain ({e}); it is in release 1.5.0 and later: '
-                       './noxw -s train -- 1.5.0 ...') from e
-    tokenizer = tokenizers.build(config.tokenizer_path)
-    if vocab_size < tokenizer.vocab_size:
-      raise UsageError(f'the tokenizer has {tokenizer.vocab_size} ids but VOCAB_SIZE is '
-                       f'{vocab_size}; --set VOCAB_SIZE={tokenizer.vocab_size}')
-    return c4.C4Dataset(config, tokenizer, jax.process_index(), jax.process_count())
-  raise UsageError(f'unknown DATA_SOURCE {config.source!r}; use embedded, synthetic or c4')
+    if config.source == "embedded":
+        tokenizer = ByteTokenizer()
+        if vocab_size < tokenizer.vocab_size:
+            raise UsageError(
+                f"the embedded corpus is byte-level and needs VOCAB_SIZE >= 256 "
+                f"(got {vocab_size}); --set VOCAB_SIZE=256"
+            )
+        tokens = tokenizer.encode(embedded_text())
+        split = int(len(tokens) * (1 - EVAL_FRACTION))
+        tokens = tokens[:split] if config.is_training else tokens[split:]
+        # Eval windows use a different stream of indices than training ones.
+        seed = config.seed if config.is_training else config.seed + 1
+        return WindowDataset(tokens, config.seq_len, seed)
+    if config.source == "synthetic":
+        return SyntheticDataset(
+            vocab_size, config.seq_len, config.seed if config.is_training else config.seed + 1
+        )
+    if config.source == "c4":
+        try:
+            from pax.data import c4  # pylint: disable=g-import-not-at-top  (grain: the C4 path only)
+        except ImportError as e:
+            raise UsageError(
+                f"DATA_SOURCE=c4 needs grain ({e}); it is in release 1.5.0 and later: "
+                "./noxw -s train -- 1.5.0 ..."
+            ) from e
+        tokenizer = tokenizers.build(config.tokenizer_path)
+        if vocab_size < tokenizer.vocab_size:
+            raise UsageError(
+                f"the tokenizer has {tokenizer.vocab_size} ids but VOCAB_SIZE is "
+                f"{vocab_size}; --set VOCAB_SIZE={tokenizer.vocab_size}"
+            )
+        return c4.C4Dataset(config, tokenizer, jax.process_index(), jax.process_count())
+    raise UsageError(f"unknown DATA_SOURCE {config.source!r}; use embedded, synthetic or c4")

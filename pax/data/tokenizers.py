@@ -3,6 +3,7 @@
 SentencePiece (Pax's C4 runs used a 32k SentencePiece vocabulary) is loaded from a model file;
 the sentencepiece package is imported only then.
 """
+
 import os
 from typing import Optional
 
@@ -12,45 +13,50 @@ from pax.errors import UsageError
 
 
 class ByteTokenizer:
-  vocab_size = 256
-  # Packed documents end with NUL, a byte that text does not contain.
-  eos_id = 0
+    vocab_size = 256
+    # Packed documents end with NUL, a byte that text does not contain.
+    eos_id = 0
 
-  def encode(self, text: str) -> np.ndarray:
-    return np.frombuffer(text.encode('utf-8'), dtype=np.uint8).astype(np.int32)
+    def encode(self, text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int32)
 
-  def decode(self, ids) -> str:
-    return bytes(int(i) for i in ids).decode('utf-8', errors='replace')
+    def decode(self, ids) -> str:
+        return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
 
 
 class SentencePieceTokenizer:
-  """A trained SentencePiece model (`.model` file), e.g. Pax's 32k C4 vocabulary."""
+    """A trained SentencePiece model (`.model` file), e.g. Pax's 32k C4 vocabulary."""
 
-  def __init__(self, model_path: str):
-    try:
-      import sentencepiece  # pylint: disable=g-import-not-at-top
-    except ImportError as e:
-      raise UsageError(f'TOKENIZER_PATH needs sentencepiece ({e}); it is in release 1.5.0 and '
-                       'later') from e
-    if not os.path.isfile(model_path):
-      raise UsageError(f'SentencePiece model {model_path} does not exist; give the path of a '
-                       '.model file (train one with python -m pax.data spm --help), or leave '
-                       'TOKENIZER_PATH unset for byte-level tokens')
-    self.path = model_path
-    self._sp = sentencepiece.SentencePieceProcessor(model_file=model_path)
-    self.vocab_size = self._sp.get_piece_size()
-    self.eos_id = self._sp.eos_id()
-    if self.eos_id < 0:
-      raise UsageError(f'SentencePiece model {model_path} has no end-of-sequence piece; '
-                       'train it with an eos id (python -m pax.data spm does)')
+    def __init__(self, model_path: str):
+        try:
+            import sentencepiece  # pylint: disable=g-import-not-at-top
+        except ImportError as e:
+            raise UsageError(
+                f"TOKENIZER_PATH needs sentencepiece ({e}); it is in release 1.5.0 and later"
+            ) from e
+        if not os.path.isfile(model_path):
+            raise UsageError(
+                f"SentencePiece model {model_path} does not exist; give the path of a "
+                ".model file (train one with python -m pax.data spm --help), or leave "
+                "TOKENIZER_PATH unset for byte-level tokens"
+            )
+        self.path = model_path
+        self._sp = sentencepiece.SentencePieceProcessor(model_file=model_path)
+        self.vocab_size = self._sp.get_piece_size()
+        self.eos_id = self._sp.eos_id()
+        if self.eos_id < 0:
+            raise UsageError(
+                f"SentencePiece model {model_path} has no end-of-sequence piece; "
+                "train it with an eos id (python -m pax.data spm does)"
+            )
 
-  def encode(self, text: str) -> np.ndarray:
-    return np.asarray(self._sp.encode(text), dtype=np.int32)
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self._sp.encode(text), dtype=np.int32)
 
-  def decode(self, ids) -> str:
-    return self._sp.decode([int(i) for i in ids])
+    def decode(self, ids) -> str:
+        return self._sp.decode([int(i) for i in ids])
 
 
 def build(model_path: Optional[str]):
-  """SentencePiece from `model_path`; byte-level when it is None."""
-  return ByteTokenizer() if model_path is None else SentencePieceTokenizer(model_path)
+    """SentencePiece from `model_path`; byte-level when it is None."""
+    return ByteTokenizer() if model_path is None else SentencePieceTokenizer(model_path)

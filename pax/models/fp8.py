@@ -11,6 +11,7 @@ the backward pass returns their next values as their "gradients", and the train 
 those in place of the old ones. They never reach the optimizer, so no Adam moments, weight
 decay or gradient clipping apply to them.
 """
+
 import jax
 import jax.numpy as jnp
 from flax.linen import fp8_ops
@@ -20,32 +21,34 @@ OWG = fp8_ops.OVERWRITE_WITH_GRADIENT
 # Every variable collection a layer holds. Whatever stacks layers (nn.scan over repeated
 # layers, a pipeline's vmap over stages) stacks all of them the same way, so each layer keeps
 # its own scales.
-LAYER_COLLECTIONS = ('params', OWG)
+LAYER_COLLECTIONS = ("params", OWG)
 
 
 def einsum(name: str, eqn: str, x, w, use_fp8: bool):
-  """jnp.einsum(eqn, x, w); with use_fp8 an FP8 einsum whose OWG state lives under `name`.
+    """jnp.einsum(eqn, x, w); with use_fp8 an FP8 einsum whose OWG state lives under `name`.
 
-  Call it from inside a compact module (the FP8 einsum is a submodule).
-  """
-  if not use_fp8:
-    return jnp.einsum(eqn, x, w)
-  return fp8_ops.Fp8Einsum(name=name)(eqn, x, w)
+    Call it from inside a compact module (the FP8 einsum is a submodule).
+    """
+    if not use_fp8:
+        return jnp.einsum(eqn, x, w)
+    return fp8_ops.Fp8Einsum(name=name)(eqn, x, w)
 
 
 def for_differentiation(owg):
-  """OWG state in fp8_ops' max-combining dtype for the forward/backward pass.
+    """OWG state in fp8_ops' max-combining dtype for the forward/backward pass.
 
-  A variable used more than once in a step (a stage's layers over a pipeline's microbatches)
-  gets one cotangent per use; in this dtype autodiff combines them by max, not sum, which is
-  what an amax or a scale needs.
-  """
-  return jax.tree.map(lambda a: jax.lax.convert_element_type(a, fp8_ops.fp32_max_grad), owg)
+    A variable used more than once in a step (a stage's layers over a pipeline's microbatches)
+    gets one cotangent per use; in this dtype autodiff combines them by max, not sum, which is
+    what an amax or a scale needs.
+    """
+    return jax.tree.map(lambda a: jax.lax.convert_element_type(a, fp8_ops.fp32_max_grad), owg)
 
 
 def overwrite(owg, owg_grads, keep_old):
-  """The next OWG state: the backward pass's values in f32, or the old state where keep_old
-  (a skipped step must not feed a non-finite amax into the histories)."""
-  return jax.tree.map(
-      lambda old, new: jnp.where(keep_old, old, jax.lax.convert_element_type(new, jnp.float32)),
-      owg, owg_grads)
+    """The next OWG state: the backward pass's values in f32, or the old state where keep_old
+    (a skipped step must not feed a non-finite amax into the histories)."""
+    return jax.tree.map(
+        lambda old, new: jnp.where(keep_old, old, jax.lax.convert_element_type(new, jnp.float32)),
+        owg,
+        owg_grads,
+    )

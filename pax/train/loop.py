@@ -1,4 +1,5 @@
 """The train and eval loops: every side effect (files, logs) lives here, around pure steps."""
+
 import dataclasses
 import json
 import os
@@ -17,288 +18,354 @@ from pax.models.transformer import ACTIVATIONS, REMAT_POLICIES, TransformerLm
 from pax.optim import optimizers, schedules
 from pax.parallel import pipeline
 from pax.parallel.mesh import build_mesh
-from pax.train import manifest, mfu, placement, preemption, state as state_lib
+from pax.train import manifest, mfu, placement, preemption
+from pax.train import state as state_lib
 from pax.train import summaries as summaries_lib
 
 
 @dataclasses.dataclass
 class Run:
-  """Everything resolved before the job directory is touched."""
-  task: config_lib.TaskConfig
-  datasets: list
-  mesh: jax.sharding.Mesh
-  model: TransformerLm
-  tx: object
-  lr_schedule: object
-  train_data: object
-  eval_data: dict
-  global_batch: int
+    """Everything resolved before the job directory is touched."""
 
-  @property
-  def pmap(self) -> bool:
-    """No ICI_MESH_SHAPE: data-parallel through jax.pmap, as Pax."""
-    return self.task.mesh.ici_mesh_shape is None
+    task: config_lib.TaskConfig
+    datasets: list
+    mesh: jax.sharding.Mesh
+    model: TransformerLm
+    tx: object
+    lr_schedule: object
+    train_data: object
+    eval_data: dict
+    global_batch: int
+
+    @property
+    def pmap(self) -> bool:
+        """No ICI_MESH_SHAPE: data-parallel through jax.pmap, as Pax."""
+        return self.task.mesh.ici_mesh_shape is None
 
 
 def prepare(experiment, devices=None) -> Run:
-  """Resolve and validate an experiment; raises UsageError before anything is written.
+    """Resolve and validate an experiment; raises UsageError before anything is written.
 
-  devices: the devices to build the mesh from (default: all of them).
-  """
-  task, datasets = experiment.task(), experiment.datasets()
-  _validate_names(task)
-  devices = list(devices or jax.devices())
-  mesh = build_mesh(task.mesh, devices)
-  pmap = task.mesh.ici_mesh_shape is None
-  stages, microbatches = task.mesh.num_stages, task.mesh.num_microbatches
-  if pmap and stages > 1:
-    raise UsageError(f'NUM_STAGES={stages} needs an ICI_MESH_SHAPE with a `stage` axis; without '
-                     'one the experiment runs data-parallel through pmap')
-  model = TransformerLm(task.model, mesh=None if pmap else mesh, num_stages=stages,
-                        num_microbatches=microbatches)
-  tx, lr_schedule = optimizers.build(task.optimizer)
-  global_batch = task.train.percore_batch_size * len(devices)
-  batch_shards = mesh.shape['replica'] * mesh.shape['data']
-  if global_batch % batch_shards or global_batch % jax.process_count():
-    raise UsageError(f'global batch {global_batch} does not split over {batch_shards} batch '
-                     f'shards and {jax.process_count()} processes; change PERCORE_BATCH_SIZE')
-  _validate_pipeline(task, mesh, global_batch // batch_shards)
-  train_cfg = next(d for d in datasets if d.is_training)
-  vocab = task.model.vocab_size
-  train_data = data.build(train_cfg, vocab)
-  if (pmap and not task.train.pmap_use_tensorstore and jax.process_count() > 1
-      and data.stream(train_data) is not None):
-    raise UsageError('a single-file Flax checkpoint holds one input position, but each of the '
-                     f'{jax.process_count()} processes reads its own share of the stream; '
-                     'add --pmap_use_tensorstore')
-  return Run(task=task, datasets=datasets, mesh=mesh, model=model, tx=tx,
-             lr_schedule=lr_schedule, train_data=train_data,
-             eval_data={d.name: data.build(d, vocab) for d in datasets if not d.is_training},
-             global_batch=global_batch)
+    devices: the devices to build the mesh from (default: all of them).
+    """
+    task, datasets = experiment.task(), experiment.datasets()
+    _validate_names(task)
+    devices = list(devices or jax.devices())
+    mesh = build_mesh(task.mesh, devices)
+    pmap = task.mesh.ici_mesh_shape is None
+    stages, microbatches = task.mesh.num_stages, task.mesh.num_microbatches
+    if pmap and stages > 1:
+        raise UsageError(
+            f"NUM_STAGES={stages} needs an ICI_MESH_SHAPE with a `stage` axis; without "
+            "one the experiment runs data-parallel through pmap"
+        )
+    model = TransformerLm(
+        task.model, mesh=None if pmap else mesh, num_stages=stages, num_microbatches=microbatches
+    )
+    tx, lr_schedule = optimizers.build(task.optimizer)
+    global_batch = task.train.percore_batch_size * len(devices)
+    batch_shards = mesh.shape["replica"] * mesh.shape["data"]
+    if global_batch % batch_shards or global_batch % jax.process_count():
+        raise UsageError(
+            f"global batch {global_batch} does not split over {batch_shards} batch "
+            f"shards and {jax.process_count()} processes; change PERCORE_BATCH_SIZE"
+        )
+    _validate_pipeline(task, mesh, global_batch // batch_shards)
+    train_cfg = next(d for d in datasets if d.is_training)
+    vocab = task.model.vocab_size
+    train_data = data.build(train_cfg, vocab)
+    if (
+        pmap
+        and not task.train.pmap_use_tensorstore
+        and jax.process_count() > 1
+        and data.stream(train_data) is not None
+    ):
+        raise UsageError(
+            "a single-file Flax checkpoint holds one input position, but each of the "
+            f"{jax.process_count()} processes reads its own share of the stream; "
+            "add --pmap_use_tensorstore"
+        )
+    return Run(
+        task=task,
+        datasets=datasets,
+        mesh=mesh,
+        model=model,
+        tx=tx,
+        lr_schedule=lr_schedule,
+        train_data=train_data,
+        eval_data={d.name: data.build(d, vocab) for d in datasets if not d.is_training},
+        global_batch=global_batch,
+    )
 
 
 def _validate_names(task: config_lib.TaskConfig) -> None:
-  """Names that pick code paths, checked up front so a typo is a usage error, not a trace."""
-  m = task.model
-  choices = {
-      'ACTIVATION': (m.activation, ACTIVATIONS),
-      'REMAT_POLICY': (m.remat_policy, REMAT_POLICIES),
-      'POSITION_EMBEDDING': (m.position_embedding, ('rotary', 'learned')),
-      'FPROP_DTYPE': (m.activation_dtype, ('float32', 'bfloat16', 'float16')),
-      'OPTIMIZER': (task.optimizer.kind, optimizers.OPTIMIZERS),
-      'LR_SCHEDULE': (task.optimizer.schedule.kind, schedules.SCHEDULES),
-      'NAN_POLICY': (task.train.nan_policy, ('stop', 'skip')),
-  }
-  for key, (value, allowed) in choices.items():
-    if value not in allowed:
-      raise UsageError(f'{key}={value!r} is not one of {", ".join(allowed)}; '
-                       f'e.g. --set {key}={next(iter(allowed))}')
-  if m.attention_query_chunk and m.max_seq_len % m.attention_query_chunk:
-    raise UsageError(f'ATTENTION_QUERY_CHUNK={m.attention_query_chunk} does not divide '
-                     f'SEQ_LEN={m.max_seq_len}')
-  if m.num_heads % m.num_kv_heads:
-    raise UsageError(f'NUM_HEADS={m.num_heads} is not a multiple of NUM_KV_HEADS='
-                     f'{m.num_kv_heads}')
+    """Names that pick code paths, checked up front so a typo is a usage error, not a trace."""
+    m = task.model
+    choices = {
+        "ACTIVATION": (m.activation, ACTIVATIONS),
+        "REMAT_POLICY": (m.remat_policy, REMAT_POLICIES),
+        "POSITION_EMBEDDING": (m.position_embedding, ("rotary", "learned")),
+        "FPROP_DTYPE": (m.activation_dtype, ("float32", "bfloat16", "float16")),
+        "OPTIMIZER": (task.optimizer.kind, optimizers.OPTIMIZERS),
+        "LR_SCHEDULE": (task.optimizer.schedule.kind, schedules.SCHEDULES),
+        "NAN_POLICY": (task.train.nan_policy, ("stop", "skip")),
+    }
+    for key, (value, allowed) in choices.items():
+        if value not in allowed:
+            raise UsageError(
+                f"{key}={value!r} is not one of {', '.join(allowed)}; "
+                f"e.g. --set {key}={next(iter(allowed))}"
+            )
+    if m.attention_query_chunk and m.max_seq_len % m.attention_query_chunk:
+        raise UsageError(
+            f"ATTENTION_QUERY_CHUNK={m.attention_query_chunk} does not divide "
+            f"SEQ_LEN={m.max_seq_len}"
+        )
+    if m.num_heads % m.num_kv_heads:
+        raise UsageError(
+            f"NUM_HEADS={m.num_heads} is not a multiple of NUM_KV_HEADS={m.num_kv_heads}"
+        )
 
 
 def _validate_pipeline(task: config_lib.TaskConfig, mesh, batch_per_shard: int) -> None:
-  stages, microbatches = task.mesh.num_stages, task.mesh.num_microbatches
-  mesh_stages = mesh.shape.get('stage', 1)
-  if stages != mesh_stages:
-    raise UsageError(f'NUM_STAGES={stages} but the mesh has {mesh_stages} along `stage`; make '
-                     'them equal (MESH_AXIS_NAMES needs a `stage` axis for NUM_STAGES > 1)')
-  if stages == 1:
-    return
-  if task.model.num_layers % stages:
-    raise UsageError(f'NUM_LAYERS={task.model.num_layers} does not split into NUM_STAGES='
-                     f'{stages} equal stages')
-  if batch_per_shard % microbatches:
-    raise UsageError(f'each batch shard holds {batch_per_shard} rows, which do not split into '
-                     f'NUM_MICROBATCHES={microbatches}; change PERCORE_BATCH_SIZE or '
-                     'NUM_MICROBATCHES')
+    stages, microbatches = task.mesh.num_stages, task.mesh.num_microbatches
+    mesh_stages = mesh.shape.get("stage", 1)
+    if stages != mesh_stages:
+        raise UsageError(
+            f"NUM_STAGES={stages} but the mesh has {mesh_stages} along `stage`; make "
+            "them equal (MESH_AXIS_NAMES needs a `stage` axis for NUM_STAGES > 1)"
+        )
+    if stages == 1:
+        return
+    if task.model.num_layers % stages:
+        raise UsageError(
+            f"NUM_LAYERS={task.model.num_layers} does not split into NUM_STAGES="
+            f"{stages} equal stages"
+        )
+    if batch_per_shard % microbatches:
+        raise UsageError(
+            f"each batch shard holds {batch_per_shard} rows, which do not split into "
+            f"NUM_MICROBATCHES={microbatches}; change PERCORE_BATCH_SIZE or "
+            "NUM_MICROBATCHES"
+        )
 
 
 def _write_json(path: str, obj) -> None:
-  tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
-    json.dump(obj, f, indent=2, default=str)
-  os.replace(tmp, path)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, default=str)
+    os.replace(tmp, path)
 
 
 def _evaluate(run: Run, place, variables) -> dict:
-  """Token-weighted means over EVAL_NUM_BATCHES fixed batches of each eval split."""
-  results = {}
-  for name, dataset in run.eval_data.items():
-    outs = [place.metrics(place.eval_step(variables, place.batch(dataset, i)))
-            for i in range(run.task.train.eval_num_batches)]
-    outs = jax.device_get(outs)
-    tokens = np.array([o['num_tokens'] for o in outs])
-    results[f'eval_test_{name}'] = {
-        k: float(np.sum([o[k] for o in outs] * tokens) / max(tokens.sum(), 1))
-        for k in ('loss', 'log_pplx', 'accuracy')} | {'num_tokens': float(tokens.sum())}
-  return results
+    """Token-weighted means over EVAL_NUM_BATCHES fixed batches of each eval split."""
+    results = {}
+    for name, dataset in run.eval_data.items():
+        outs = [
+            place.metrics(place.eval_step(variables, place.batch(dataset, i)))
+            for i in range(run.task.train.eval_num_batches)
+        ]
+        outs = jax.device_get(outs)
+        tokens = np.array([o["num_tokens"] for o in outs])
+        results[f"eval_test_{name}"] = {
+            k: float(np.sum([o[k] for o in outs] * tokens) / max(tokens.sum(), 1))
+            for k in ("loss", "log_pplx", "accuracy")
+        } | {"num_tokens": float(tokens.sum())}
+    return results
 
 
 def _setup(run: Run, job_dir: str, experiment_name: str):
-  """Creates the job directory with config.json and manifest.json; returns (peak, summaries)."""
-  is_writer = jax.process_index() == 0
-  if is_writer:
-    os.makedirs(job_dir, exist_ok=True)
-  devices = list(run.mesh.devices.flat)
-  peak = mfu.peak_flops(devices, run.task.model.activation_dtype)
-  if is_writer:
-    _write_json(os.path.join(job_dir, 'config.json'),
-                {'experiment': experiment_name, 'task': config_lib.to_dict(run.task),
-                 'datasets': [config_lib.to_dict(d) for d in run.datasets]})
-    _write_json(os.path.join(job_dir, 'manifest.json'),
-                manifest.environment(devices, run.mesh, peak))
-  return peak, summaries_lib.Summaries(job_dir, enabled=is_writer)
+    """Creates the job directory with config.json and manifest.json; returns (peak, summaries)."""
+    is_writer = jax.process_index() == 0
+    if is_writer:
+        os.makedirs(job_dir, exist_ok=True)
+    devices = list(run.mesh.devices.flat)
+    peak = mfu.peak_flops(devices, run.task.model.activation_dtype)
+    if is_writer:
+        _write_json(
+            os.path.join(job_dir, "config.json"),
+            {
+                "experiment": experiment_name,
+                "task": config_lib.to_dict(run.task),
+                "datasets": [config_lib.to_dict(d) for d in run.datasets],
+            },
+        )
+        _write_json(
+            os.path.join(job_dir, "manifest.json"), manifest.environment(devices, run.mesh, peak)
+        )
+    return peak, summaries_lib.Summaries(job_dir, enabled=is_writer)
 
 
 class NonFiniteError(Exception):
-  """NAN_POLICY=stop: a step's loss or gradients were NaN/Inf."""
+    """NAN_POLICY=stop: a step's loss or gradients were NaN/Inf."""
 
 
 def _check_finite(flags: list, policy: str, checkpointer: Checkpointer) -> None:
-  """Reads back the steps' finiteness flags; stops or warns by policy."""
-  bad = [step for step, finite in jax.device_get(flags) if not finite]
-  if not bad:
-    return
-  if policy == 'skip':
-    logging.warning('non-finite loss or gradients at step(s) %s: updates skipped', bad)
-    return
-  latest = checkpointer.latest_step()
-  kept = f'checkpoint_{latest:08d} is the last good one' if latest is not None else \
-      'no checkpoint was written'
-  raise NonFiniteError(f'loss or gradients became NaN/Inf at step {bad[0]} (update not applied); '
-                       f'{kept}; lower LEARNING_RATE, or --set NAN_POLICY=skip to skip such steps')
+    """Reads back the steps' finiteness flags; stops or warns by policy."""
+    bad = [step for step, finite in jax.device_get(flags) if not finite]
+    if not bad:
+        return
+    if policy == "skip":
+        logging.warning("non-finite loss or gradients at step(s) %s: updates skipped", bad)
+        return
+    latest = checkpointer.latest_step()
+    kept = (
+        f"checkpoint_{latest:08d} is the last good one"
+        if latest is not None
+        else "no checkpoint was written"
+    )
+    raise NonFiniteError(
+        f"loss or gradients became NaN/Inf at step {bad[0]} (update not applied); "
+        f"{kept}; lower LEARNING_RATE, or --set NAN_POLICY=skip to skip such steps"
+    )
 
 
 class _StepTimer:
-  """Step time over the steps since the last reading; the first step (compilation) excluded."""
+    """Step time over the steps since the last reading; the first step (compilation) excluded."""
 
-  def __init__(self):
-    self.start, self.steps = None, 0
+    def __init__(self):
+        self.start, self.steps = None, 0
 
-  def step_done(self, metrics) -> None:
-    if self.start is None:
-      jax.block_until_ready(metrics)
-      self.start = time.perf_counter()
-    else:
-      self.steps += 1
+    def step_done(self, metrics) -> None:
+        if self.start is None:
+            jax.block_until_ready(metrics)
+            self.start = time.perf_counter()
+        else:
+            self.steps += 1
 
-  def read(self):
-    """Seconds per step since the last read (None before any measured step); restarts."""
-    now = time.perf_counter()
-    seconds = (now - self.start) / self.steps if self.steps else None
-    self.start, self.steps = now, 0
-    return seconds
+    def read(self):
+        """Seconds per step since the last read (None before any measured step); restarts."""
+        now = time.perf_counter()
+        seconds = (now - self.start) / self.steps if self.steps else None
+        self.start, self.steps = now, 0
+        return seconds
 
-  def restart(self) -> None:
-    if self.start is not None:
-      self.start, self.steps = time.perf_counter(), 0
+    def restart(self) -> None:
+        if self.start is not None:
+            self.start, self.steps = time.perf_counter(), 0
 
 
 def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool = True) -> dict:
-  """Train to NUM_TRAIN_STEPS, resuming from the newest good checkpoint in job_dir.
+    """Train to NUM_TRAIN_STEPS, resuming from the newest good checkpoint in job_dir.
 
-  Returns the last train metrics. Raises Preempted after saving on SIGTERM/SIGINT,
-  NonFiniteError (NAN_POLICY=stop) and CheckpointError (a save failed).
-  """
-  peak, summaries = _setup(run, job_dir, experiment_name)
-  cfg = run.task.train
-  checkpointer = _checkpointer(run, job_dir, checkpoint_saving)
-  place = placement.for_run(run)
-  logging.info('%s: %.2fM parameters, %s over %s, global batch %d, peak %.3g FLOP/s (%s)',
-               experiment_name, state_lib.num_params(place.abstract) / 1e6,
-               'pmap' if run.pmap else 'mesh', dict(run.mesh.shape), run.global_batch,
-               peak['flops'], peak['source'])
-  if run.task.mesh.num_stages > 1:
-    logging.info('pipeline: %d stages, %d microbatches, bubble fraction %.3f',
-                 run.task.mesh.num_stages, run.task.mesh.num_microbatches,
-                 pipeline.bubble_fraction(run.task.mesh.num_stages, run.task.mesh.num_microbatches))
-  stream = data.stream(run.train_data)  # C4: its position is saved with every checkpoint
-  restored, state = checkpointer.restore_latest(place.abstract, stream)
-  if state is None:
-    state = place.init(cfg.seed)
-  else:
-    logging.info('resumed from %s/checkpoint_%08d', checkpointer.directory, restored)
-  step = int(jax.device_get(state['step']))
-  state = place.place(state)
-  tokens_per_step = run.global_batch * run.task.model.max_seq_len
-  flops_per_step = mfu.flops_per_token(run.task.model, run.task.model.max_seq_len) * tokens_per_step
+    Returns the last train metrics. Raises Preempted after saving on SIGTERM/SIGINT,
+    NonFiniteError (NAN_POLICY=stop) and CheckpointError (a save failed).
+    """
+    peak, summaries = _setup(run, job_dir, experiment_name)
+    cfg = run.task.train
+    checkpointer = _checkpointer(run, job_dir, checkpoint_saving)
+    place = placement.for_run(run)
+    logging.info(
+        "%s: %.2fM parameters, %s over %s, global batch %d, peak %.3g FLOP/s (%s)",
+        experiment_name,
+        state_lib.num_params(place.abstract) / 1e6,
+        "pmap" if run.pmap else "mesh",
+        dict(run.mesh.shape),
+        run.global_batch,
+        peak["flops"],
+        peak["source"],
+    )
+    if run.task.mesh.num_stages > 1:
+        logging.info(
+            "pipeline: %d stages, %d microbatches, bubble fraction %.3f",
+            run.task.mesh.num_stages,
+            run.task.mesh.num_microbatches,
+            pipeline.bubble_fraction(run.task.mesh.num_stages, run.task.mesh.num_microbatches),
+        )
+    stream = data.stream(run.train_data)  # C4: its position is saved with every checkpoint
+    restored, state = checkpointer.restore_latest(place.abstract, stream)
+    if state is None:
+        state = place.init(cfg.seed)
+    else:
+        logging.info("resumed from %s/checkpoint_%08d", checkpointer.directory, restored)
+    step = int(jax.device_get(state["step"]))
+    state = place.place(state)
+    tokens_per_step = run.global_batch * run.task.model.max_seq_len
+    flops_per_step = (
+        mfu.flops_per_token(run.task.model, run.task.model.max_seq_len) * tokens_per_step
+    )
 
-  last, unchecked, timer = {}, [], _StepTimer()
-  total = cfg.num_train_steps
-  try:
-    with preemption.SignalCatcher() as signals:
-      while step < total:
-        state, metrics = place.train_step(state, place.batch(run.train_data, step))
-        metrics = place.metrics(metrics)
-        step += 1
-        timer.step_done(metrics)
-        unchecked.append((step, metrics['finite']))
-        stop = signals.requested  # read once: a signal landing mid-iteration waits for the next
-        at_checkpoint = step % cfg.checkpoint_every_n_steps == 0 or step == total
-        at_summary = step % cfg.summary_every_n_steps == 0 or step == total
-        if at_checkpoint or at_summary or stop:
-          _check_finite(unchecked, cfg.nan_policy, checkpointer)
-          unchecked = []
-        if at_checkpoint or stop:
-          checkpointer.save(step, place.unplace(state), stream)
-        if at_summary:
-          values = {k: float(v) for k, v in jax.device_get(metrics).items() if k != 'finite'}
-          step_time = timer.read()
-          values.update(step_time_s=step_time,
+    last, unchecked, timer = {}, [], _StepTimer()
+    total = cfg.num_train_steps
+    try:
+        with preemption.SignalCatcher() as signals:
+            while step < total:
+                state, metrics = place.train_step(state, place.batch(run.train_data, step))
+                metrics = place.metrics(metrics)
+                step += 1
+                timer.step_done(metrics)
+                unchecked.append((step, metrics["finite"]))
+                stop = (
+                    signals.requested
+                )  # read once: a signal landing mid-iteration waits for the next
+                at_checkpoint = step % cfg.checkpoint_every_n_steps == 0 or step == total
+                at_summary = step % cfg.summary_every_n_steps == 0 or step == total
+                if at_checkpoint or at_summary or stop:
+                    _check_finite(unchecked, cfg.nan_policy, checkpointer)
+                    unchecked = []
+                if at_checkpoint or stop:
+                    checkpointer.save(step, place.unplace(state), stream)
+                if at_summary:
+                    values = {
+                        k: float(v) for k, v in jax.device_get(metrics).items() if k != "finite"
+                    }
+                    step_time = timer.read()
+                    values.update(
+                        step_time_s=step_time,
                         tokens_per_s=step_time and tokens_per_step / step_time,
-                        mfu=step_time and flops_per_step / step_time / peak['flops'])
-          if stream is not None:  # unreadable records skipped (BAD_RECORD_POLICY=skip)
-            values['bad_records'] = stream.bad_records
-          summaries.write('train', step, values)
-          if summaries.enabled:
-            summaries_lib.log_train(step, total, values)
-          last = values
-        if step % cfg.eval_every_n_steps == 0 or step == total:
-          for split, values in _evaluate(run, place,
-                                         state_lib.model_variables(state)).items():
-            summaries.write(split, step, values)
-            if summaries.enabled:
-              summaries_lib.log_eval(step, split, values)
-          summaries.flush()
-          timer.restart()
-        if stop:
-          raise preemption.Preempted(step, stop)
-  finally:
-    summaries.close()
-    checkpointer.close()
-  return last
+                        mfu=step_time and flops_per_step / step_time / peak["flops"],
+                    )
+                    if stream is not None:  # unreadable records skipped (BAD_RECORD_POLICY=skip)
+                        values["bad_records"] = stream.bad_records
+                    summaries.write("train", step, values)
+                    if summaries.enabled:
+                        summaries_lib.log_train(step, total, values)
+                    last = values
+                if step % cfg.eval_every_n_steps == 0 or step == total:
+                    for split, values in _evaluate(
+                        run, place, state_lib.model_variables(state)
+                    ).items():
+                        summaries.write(split, step, values)
+                        if summaries.enabled:
+                            summaries_lib.log_eval(step, split, values)
+                    summaries.flush()
+                    timer.restart()
+                if stop:
+                    raise preemption.Preempted(step, stop)
+    finally:
+        summaries.close()
+        checkpointer.close()
+    return last
 
 
 def evaluate(run: Run, job_dir: str, experiment_name: str) -> dict:
-  """Evaluate the newest checkpoint in job_dir on every eval split."""
-  checkpointer = _checkpointer(run, job_dir, saving=False)
-  place = placement.for_run(run)
-  latest, state = (checkpointer.restore_latest(place.abstract)
-                   if os.path.isdir(checkpointer.directory) else (None, None))
-  if state is None:
-    raise UsageError(f'no complete checkpoint in {checkpointer.directory}; train first '
-                     '(--mode=train)')
-  _, summaries = _setup(run, job_dir, experiment_name)
-  results = _evaluate(run, place, state_lib.model_variables(place.place(state)))
-  for split, values in results.items():
-    summaries.write(split, latest, values)
-    if summaries.enabled:
-      summaries_lib.log_eval(latest, split, values)
-  summaries.close()
-  checkpointer.close()
-  return results
+    """Evaluate the newest checkpoint in job_dir on every eval split."""
+    checkpointer = _checkpointer(run, job_dir, saving=False)
+    place = placement.for_run(run)
+    latest, state = (
+        checkpointer.restore_latest(place.abstract)
+        if os.path.isdir(checkpointer.directory)
+        else (None, None)
+    )
+    if state is None:
+        raise UsageError(
+            f"no complete checkpoint in {checkpointer.directory}; train first (--mode=train)"
+        )
+    _, summaries = _setup(run, job_dir, experiment_name)
+    results = _evaluate(run, place, state_lib.model_variables(place.place(state)))
+    for split, values in results.items():
+        summaries.write(split, latest, values)
+        if summaries.enabled:
+            summaries_lib.log_eval(latest, split, values)
+    summaries.close()
+    checkpointer.close()
+    return results
 
 
 def _checkpointer(run: Run, job_dir: str, saving: bool):
-  """Orbax (tensorstore) checkpoints; pmap runs write Pax's single-file Flax ones unless
-  PMAP_USE_TENSORSTORE (--pmap_use_tensorstore)."""
-  cfg = run.task.train
-  if run.pmap and not cfg.pmap_use_tensorstore:
-    return FlaxFileCheckpointer(job_dir, cfg.checkpoint_max_to_keep, saving=saving)
-  return Checkpointer(job_dir, cfg.checkpoint_max_to_keep, cfg.async_checkpointing,
-                      saving=saving)
+    """Orbax (tensorstore) checkpoints; pmap runs write Pax's single-file Flax ones unless
+    PMAP_USE_TENSORSTORE (--pmap_use_tensorstore)."""
+    cfg = run.task.train
+    if run.pmap and not cfg.pmap_use_tensorstore:
+        return FlaxFileCheckpointer(job_dir, cfg.checkpoint_max_to_keep, saving=saving)
+    return Checkpointer(job_dir, cfg.checkpoint_max_to_keep, cfg.async_checkpointing, saving=saving)

@@ -9,6 +9,7 @@ Forward FLOPs per token, counting 2 per multiply-add of every matmul:
 Training FLOPs = 3 × forward (the backward pass is twice the forward); rematerialization is not
 counted, as is usual for MFU. MFU = FLOPs per step / step time / peak FLOP/s of all devices.
 """
+
 import time
 
 import jax
@@ -19,57 +20,69 @@ from pax.models.transformer import GATED
 
 # Dense bf16 peak per chip, from the vendors' data sheets.
 PEAK_FLOPS_BY_DEVICE_KIND = {
-    'TPU v4': 275e12,
-    'TPU v5 lite': 197e12,
-    'TPU v5e': 197e12,
-    'TPU v5p': 459e12,
-    'TPU v5': 459e12,
-    'TPU v6 lite': 918e12,
-    'TPU v6e': 918e12,
-    'A100': 312e12,
-    'H100': 989e12,
-    'H200': 989e12,
+    "TPU v4": 275e12,
+    "TPU v5 lite": 197e12,
+    "TPU v5e": 197e12,
+    "TPU v5p": 459e12,
+    "TPU v5": 459e12,
+    "TPU v6 lite": 918e12,
+    "TPU v6e": 918e12,
+    "A100": 312e12,
+    "H100": 989e12,
+    "H200": 989e12,
 }
 
 
 def flops_per_token(c: ModelConfig, seq_len: int) -> float:
-  e, f, h, k, d = c.model_dims, c.hidden_dims, c.num_heads, c.num_kv_heads, c.dims_per_head
-  ffn_in = 2 if c.activation in GATED else 1
-  layer = 2 * e * (h + 2 * k) * d + 2 * h * d * e + 4 * seq_len * h * d + 2 * e * f * ffn_in + 2 * f * e
-  return 3.0 * (c.num_layers * layer + 2 * e * c.vocab_size)
+    e, f, h, k, d = c.model_dims, c.hidden_dims, c.num_heads, c.num_kv_heads, c.dims_per_head
+    ffn_in = 2 if c.activation in GATED else 1
+    layer = (
+        2 * e * (h + 2 * k) * d
+        + 2 * h * d * e
+        + 4 * seq_len * h * d
+        + 2 * e * f * ffn_in
+        + 2 * f * e
+    )
+    return 3.0 * (c.num_layers * layer + 2 * e * c.vocab_size)
 
 
 def table_peak(device_kind: str):
-  # Longest key first, so 'TPU v5 lite' wins over 'TPU v5'.
-  for kind in sorted(PEAK_FLOPS_BY_DEVICE_KIND, key=len, reverse=True):
-    if kind.lower() in device_kind.lower():
-      return PEAK_FLOPS_BY_DEVICE_KIND[kind]
-  return None
+    # Longest key first, so 'TPU v5 lite' wins over 'TPU v5'.
+    for kind in sorted(PEAK_FLOPS_BY_DEVICE_KIND, key=len, reverse=True):
+        if kind.lower() in device_kind.lower():
+            return PEAK_FLOPS_BY_DEVICE_KIND[kind]
+    return None
 
 
-def measure_matmul_peak(dtype='float32', n: int = 2048, repeats: int = 5) -> float:
-  """Best-of-`repeats` FLOP/s of one n×n matmul on the default device."""
-  a = jnp.ones((n, n), dtype)
-  matmul = jax.jit(lambda x, y: x @ y)
-  matmul(a, a).block_until_ready()
-  best = float('inf')
-  for _ in range(repeats):
-    start = time.perf_counter()
+def measure_matmul_peak(dtype="float32", n: int = 2048, repeats: int = 5) -> float:
+    """Best-of-`repeats` FLOP/s of one n×n matmul on the default device."""
+    a = jnp.ones((n, n), dtype)
+    matmul = jax.jit(lambda x, y: x @ y)
     matmul(a, a).block_until_ready()
-    best = min(best, time.perf_counter() - start)
-  return 2 * n**3 / best
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(a, a).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
 
 
 def peak_flops(devices, dtype: str) -> dict:
-  """Peak FLOP/s of the whole set of devices, and where the figure came from.
+    """Peak FLOP/s of the whole set of devices, and where the figure came from.
 
-  On CPU all (virtual) devices share the host's cores, so the peak is measured once for the
-  host, not multiplied by the device count.
-  """
-  kind = devices[0].device_kind
-  per_device = table_peak(kind)
-  if devices[0].platform == 'cpu' or per_device is None:
-    return {'flops': measure_matmul_peak(dtype), 'source': f'measured: best of 5 2048x2048 '
-            f'{dtype} matmuls on {kind}', 'device_kind': kind}
-  return {'flops': per_device * len(devices), 'source': 'table: dense bf16 per chip',
-          'device_kind': kind}
+    On CPU all (virtual) devices share the host's cores, so the peak is measured once for the
+    host, not multiplied by the device count.
+    """
+    kind = devices[0].device_kind
+    per_device = table_peak(kind)
+    if devices[0].platform == "cpu" or per_device is None:
+        return {
+            "flops": measure_matmul_peak(dtype),
+            "source": f"measured: best of 5 2048x2048 {dtype} matmuls on {kind}",
+            "device_kind": kind,
+        }
+    return {
+        "flops": per_device * len(devices),
+        "source": "table: dense bf16 per chip",
+        "device_kind": kind,
+    }

@@ -9,6 +9,7 @@ Both offer the same surface to the loop. The state is checkpointed, initialized 
 in its "host" form (SPMD: the sharded state as is; pmap: one replica) and turned into the
 device form by `place`.
 """
+
 import jax
 import numpy as np
 from flax import jax_utils
@@ -17,86 +18,100 @@ from pax.parallel import sharding
 from pax.train import state as state_lib
 from pax.train.step import make_eval_step, make_train_step
 
-PMAP_AXIS = 'batch'
+PMAP_AXIS = "batch"
 
 
 def for_run(run):
-  return Pmap(run) if run.pmap else Spmd(run)
+    return Pmap(run) if run.pmap else Spmd(run)
 
 
 class _Placement:
-  """What both share: the run, the abstract state and its shardings, initialization."""
+    """What both share: the run, the abstract state and its shardings, initialization."""
 
-  def __init__(self, run, mesh):
-    self.run = run
-    self.abstract, self.shardings = state_lib.shardings(run.model, run.tx, mesh)
+    def __init__(self, run, mesh):
+        self.run = run
+        self.abstract, self.shardings = state_lib.shardings(run.model, run.tx, mesh)
 
-  def init(self, seed: int):
-    return state_lib.initialize(self.run.model, self.run.tx, self.shardings, seed)
+    def init(self, seed: int):
+        return state_lib.initialize(self.run.model, self.run.tx, self.shardings, seed)
 
 
 class Spmd(_Placement):
+    def __init__(self, run):
+        super().__init__(run, run.mesh)
+        batch = sharding.batch_sharding(run.mesh)
+        self.train_step = jax.jit(
+            make_train_step(run.model, run.tx, run.lr_schedule),
+            in_shardings=(self.shardings, batch),
+            out_shardings=(self.shardings, sharding.replicated(run.mesh)),
+            donate_argnums=0,
+        )
+        self.eval_step = jax.jit(
+            make_eval_step(run.model),
+            in_shardings=(state_lib.model_variables(self.shardings), batch),
+            out_shardings=sharding.replicated(run.mesh),
+        )
 
-  def __init__(self, run):
-    super().__init__(run, run.mesh)
-    batch = sharding.batch_sharding(run.mesh)
-    self.train_step = jax.jit(make_train_step(run.model, run.tx, run.lr_schedule),
-                              in_shardings=(self.shardings, batch),
-                              out_shardings=(self.shardings, sharding.replicated(run.mesh)),
-                              donate_argnums=0)
-    self.eval_step = jax.jit(make_eval_step(run.model),
-                             in_shardings=(state_lib.model_variables(self.shardings), batch),
-                             out_shardings=sharding.replicated(run.mesh))
+    def place(self, state):
+        return state
 
-  def place(self, state):
-    return state
+    def unplace(self, state):
+        return state
 
-  def unplace(self, state):
-    return state
+    def metrics(self, metrics):
+        return metrics
 
-  def metrics(self, metrics):
-    return metrics
-
-  def batch(self, dataset, index: int):
-    """This process's rows of global batch `index`, assembled into sharded global arrays."""
-    run = self.run
-    spec = sharding.batch_sharding(run.mesh)
-    return {k: jax.make_array_from_process_local_data(spec, v, (run.global_batch,) + v.shape[1:])
-            for k, v in _local_rows(dataset, index, run).items()}
+    def batch(self, dataset, index: int):
+        """This process's rows of global batch `index`, assembled into sharded global arrays."""
+        run = self.run
+        spec = sharding.batch_sharding(run.mesh)
+        return {
+            k: jax.make_array_from_process_local_data(spec, v, (run.global_batch,) + v.shape[1:])
+            for k, v in _local_rows(dataset, index, run).items()
+        }
 
 
 class Pmap(_Placement):
+    def __init__(self, run):
+        self.devices = [d for d in run.mesh.devices.flat if d.process_index == jax.process_index()]
+        one = jax.sharding.Mesh(
+            np.asarray(self.devices[:1]).reshape((1,) * len(run.mesh.axis_names)),
+            run.mesh.axis_names,
+        )
+        super().__init__(run, one)  # state initialized and checkpointed as one replica
+        self.train_step = jax.pmap(
+            make_train_step(run.model, run.tx, run.lr_schedule, axis_name=PMAP_AXIS),
+            axis_name=PMAP_AXIS,
+            devices=self.devices,
+            donate_argnums=0,
+        )
+        self.eval_step = jax.pmap(
+            make_eval_step(run.model, axis_name=PMAP_AXIS),
+            axis_name=PMAP_AXIS,
+            devices=self.devices,
+        )
 
-  def __init__(self, run):
-    self.devices = [d for d in run.mesh.devices.flat if d.process_index == jax.process_index()]
-    one = jax.sharding.Mesh(np.asarray(self.devices[:1]).reshape((1,) * len(run.mesh.axis_names)),
-                            run.mesh.axis_names)
-    super().__init__(run, one)  # state initialized and checkpointed as one replica
-    self.train_step = jax.pmap(
-        make_train_step(run.model, run.tx, run.lr_schedule, axis_name=PMAP_AXIS),
-        axis_name=PMAP_AXIS, devices=self.devices, donate_argnums=0)
-    self.eval_step = jax.pmap(make_eval_step(run.model, axis_name=PMAP_AXIS),
-                              axis_name=PMAP_AXIS, devices=self.devices)
+    def place(self, state):
+        # Under pmap's own axis name, so the step's outputs match its inputs and it compiles once.
+        return jax_utils.replicate(state, self.devices, axis_name=PMAP_AXIS)
 
-  def place(self, state):
-    # Under pmap's own axis name, so the step's outputs match its inputs and it compiles once.
-    return jax_utils.replicate(state, self.devices, axis_name=PMAP_AXIS)
+    def unplace(self, state):
+        """Replica 0: every replica is the same, the step keeps them so."""
+        return jax_utils.unreplicate(state)
 
-  def unplace(self, state):
-    """Replica 0: every replica is the same, the step keeps them so."""
-    return jax_utils.unreplicate(state)
+    def metrics(self, metrics):
+        return self.unplace(metrics)
 
-  def metrics(self, metrics):
-    return self.unplace(metrics)
-
-  def batch(self, dataset, index: int):
-    """This process's rows of batch `index`, split along a leading local-device axis."""
-    n = len(self.devices)
-    return {k: v.reshape((n, v.shape[0] // n) + v.shape[1:])
-            for k, v in _local_rows(dataset, index, self.run).items()}
+    def batch(self, dataset, index: int):
+        """This process's rows of batch `index`, split along a leading local-device axis."""
+        n = len(self.devices)
+        return {
+            k: v.reshape((n, v.shape[0] // n) + v.shape[1:])
+            for k, v in _local_rows(dataset, index, self.run).items()
+        }
 
 
 def _local_rows(dataset, index: int, run) -> dict:
-  per_process = run.global_batch // jax.process_count()
-  rows = slice(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
-  return dataset.batch(index, run.global_batch, rows)
+    per_process = run.global_batch // jax.process_count()
+    rows = slice(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
+    return dataset.batch(index, run.global_batch, rows)

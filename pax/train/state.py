@@ -3,6 +3,7 @@
 The state is {'step', 'params', 'opt_state'} and, for an FP8 model, the FP8 scales and amax
 histories under pax.models.fp8.OWG (f32, replicated, not parameters).
 """
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -13,54 +14,63 @@ from pax.parallel import sharding
 
 
 def _example_inputs(model):
-  # A pipeline splits its batch into microbatches; one row each is the smallest batch it takes.
-  return jnp.zeros((model.num_microbatches, model.cfg.max_seq_len), jnp.int32)
+    # A pipeline splits its batch into microbatches; one row each is the smallest batch it takes.
+    return jnp.zeros((model.num_microbatches, model.cfg.max_seq_len), jnp.int32)
 
 
 def _init_fn(model, tx):
-  def init(rng):
-    variables = nn.unbox(model.init(rng, _example_inputs(model)))
-    params = variables['params']
-    state = {'step': jnp.zeros((), jnp.int32), 'params': params, 'opt_state': tx.init(params)}
-    if fp8.OWG in variables:
-      state[fp8.OWG] = variables[fp8.OWG]
-    return state
-  return init
+    def init(rng):
+        variables = nn.unbox(model.init(rng, _example_inputs(model)))
+        params = variables["params"]
+        state = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
+        if fp8.OWG in variables:
+            state[fp8.OWG] = variables[fp8.OWG]
+        return state
+
+    return init
 
 
 def shardings(model, tx, mesh):
-  """(abstract state, state shardings): parameters placed by their logical axis names,
-  optimizer slots shaped like a parameter placed like it, everything else (step, FP8 scales and
-  amax histories: a few floats per layer) replicated."""
-  boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), _example_inputs(model)))['params']
-  names = nn.get_partition_spec(boxed)
-  abstract = jax.eval_shape(_init_fn(model, tx), jax.random.key(0))
-  param_shardings = jax.tree.map(
-      lambda spec, p: sharding.logical_sharding(tuple(spec), p.shape, mesh),
-      names, abstract['params'], is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
-  replicated = sharding.replicated(mesh)
-  opt_shardings = optax.tree_map_params(
-      tx, lambda _, s: s, abstract['opt_state'], param_shardings,
-      transform_non_params=lambda _: replicated)
-  state_shardings = {'step': replicated, 'params': param_shardings, 'opt_state': opt_shardings}
-  if fp8.OWG in abstract:
-    state_shardings[fp8.OWG] = jax.tree.map(lambda _: replicated, abstract[fp8.OWG])
-  abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                          abstract, state_shardings)
-  return abstract, state_shardings
+    """(abstract state, state shardings): parameters placed by their logical axis names,
+    optimizer slots shaped like a parameter placed like it, everything else (step, FP8 scales and
+    amax histories: a few floats per layer) replicated."""
+    boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), _example_inputs(model)))["params"]
+    names = nn.get_partition_spec(boxed)
+    abstract = jax.eval_shape(_init_fn(model, tx), jax.random.key(0))
+    param_shardings = jax.tree.map(
+        lambda spec, p: sharding.logical_sharding(tuple(spec), p.shape, mesh),
+        names,
+        abstract["params"],
+        is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec),
+    )
+    replicated = sharding.replicated(mesh)
+    opt_shardings = optax.tree_map_params(
+        tx,
+        lambda _, s: s,
+        abstract["opt_state"],
+        param_shardings,
+        transform_non_params=lambda _: replicated,
+    )
+    state_shardings = {"step": replicated, "params": param_shardings, "opt_state": opt_shardings}
+    if fp8.OWG in abstract:
+        state_shardings[fp8.OWG] = jax.tree.map(lambda _: replicated, abstract[fp8.OWG])
+    abstract = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, state_shardings
+    )
+    return abstract, state_shardings
 
 
 def initialize(model, tx, state_shardings, seed: int):
-  """A fresh state, created on device already sharded (no host copy of the full model)."""
-  init = jax.jit(_init_fn(model, tx), out_shardings=state_shardings)
-  return init(jax.random.key(seed))
+    """A fresh state, created on device already sharded (no host copy of the full model)."""
+    init = jax.jit(_init_fn(model, tx), out_shardings=state_shardings)
+    return init(jax.random.key(seed))
 
 
 def num_params(abstract_state) -> int:
-  """Parameters only (not optimizer slots or FP8 state)."""
-  return sum(p.size for p in jax.tree.leaves(abstract_state['params']))
+    """Parameters only (not optimizer slots or FP8 state)."""
+    return sum(p.size for p in jax.tree.leaves(abstract_state["params"]))
 
 
 def model_variables(state) -> dict:
-  """The collections model.apply reads: params and, for an FP8 model, its OWG state."""
-  return {c: state[c] for c in fp8.LAYER_COLLECTIONS if c in state}
+    """The collections model.apply reads: params and, for an FP8 model, its OWG state."""
+    return {c: state[c] for c in fp8.LAYER_COLLECTIONS if c in state}

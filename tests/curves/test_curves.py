@@ -1,4 +1,5 @@
 """pax.curves without matplotlib: reading, bands, compare, the CLI's exit statuses."""
+
 import json
 import math
 import subprocess
@@ -7,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from pax.curves import (CurvesError, Tolerance, compare, load_reference, make_band,
-                        read_metrics, read_run)
+from pax.curves import (
+    CurvesError,
+    Tolerance,
+    compare,
+    load_reference,
+    make_band,
+    read_metrics,
+    read_run,
+)
 from pax.curves.__main__ import main
 from tests.curves.conftest import EVAL, curve
 
@@ -16,14 +24,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_imports_without_jax_numpy_or_matplotlib():
-    code = ("import sys, pax.curves, pax.curves.__main__, pax.curves.record; "
-            "bad = [m for m in ('jax', 'numpy', 'matplotlib') if m in sys.modules]; "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, pax.curves, pax.curves.__main__, pax.curves.record; "
+        "bad = [m for m in ('jax', 'numpy', 'matplotlib') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 # --- reading ---------------------------------------------------------------------------------
+
 
 def test_dedupe_after_resume_keeps_last_row(make_run):
     rows = [{"split": "train", "step": s, "loss": 5.0 - s / 100} for s in (0, 10, 20, 30)]
@@ -37,10 +48,15 @@ def test_dedupe_after_resume_keeps_last_row(make_run):
 
 
 def test_cut_off_last_line_and_junk_are_skipped(make_run):
-    rows = [{"split": "train", "step": 0, "loss": 5.0}, "[1, 2]", {"step": 3, "loss": 1.0},
-            {"split": "train", "step": "x", "loss": 1.0}, {"split": "train", "step": True},
-            {"split": "train", "step": 10, "loss": 4.0, "note": "text", "flag": True},
-            '{"split": "train", "step": 20, "lo']
+    rows = [
+        {"split": "train", "step": 0, "loss": 5.0},
+        "[1, 2]",
+        {"step": 3, "loss": 1.0},
+        {"split": "train", "step": "x", "loss": 1.0},
+        {"split": "train", "step": True},
+        {"split": "train", "step": 10, "loss": 4.0, "note": "text", "flag": True},
+        '{"split": "train", "step": 20, "lo',
+    ]
     run = read_run(make_run(rows=rows))
     assert run.curves == {"train": {"loss": {0: 5.0, 10: 4.0}}}
     assert run.skipped_lines == 5
@@ -52,19 +68,28 @@ def test_nan_is_kept(make_run):
     assert math.isnan(read_run(job).curves["train"]["loss"][0])
 
 
-@pytest.mark.parametrize("setup, message", [
-    (lambda p: p / "absent", "no such job directory"),
-    (lambda p: (p / "file").write_text("x") and p / "file", "not a directory"),
-    (lambda p: (p / "empty").mkdir() or p / "empty", "no metrics.jsonl"),
-    (lambda p: ((p / "blank").mkdir(), (p / "blank" / "metrics.jsonl").write_text("\n"))
-     and p / "blank", "no metric rows"),
-])
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (lambda p: p / "absent", "no such job directory"),
+        (lambda p: (p / "file").write_text("x") and p / "file", "not a directory"),
+        (lambda p: (p / "empty").mkdir() or p / "empty", "no metrics.jsonl"),
+        (
+            lambda p: (
+                ((p / "blank").mkdir(), (p / "blank" / "metrics.jsonl").write_text("\n"))
+                and p / "blank"
+            ),
+            "no metric rows",
+        ),
+    ],
+)
 def test_bad_job_dirs(tmp_path, setup, message):
     with pytest.raises(CurvesError, match=message):
         read_run(setup(tmp_path))
 
 
 # --- bands ------------------------------------------------------------------------------------
+
 
 def test_band_minmax_and_std(make_run):
     curves = [read_run(make_run(f"s{s}", seed=s)).curves for s in (1, 2, 3)]
@@ -121,14 +146,20 @@ def test_reference_edited_band_is_refused(reference_file):
         load_reference(reference_file)
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{not json", "not valid JSON"),
-    ("[]", "not a reference"),
-    ('{"schema": 99}', "schema"),
-    ('{"schema": 1, "name": "x", "experiment": "y", "runs": []}', "non-empty list"),
-    ('{"schema": 1, "name": "x", "experiment": "y", "runs": [{"curves": {"train": '
-     '{"loss": {"a": 1}}}}]}', "not a number"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "not valid JSON"),
+        ("[]", "not a reference"),
+        ('{"schema": 99}', "schema"),
+        ('{"schema": 1, "name": "x", "experiment": "y", "runs": []}', "non-empty list"),
+        (
+            '{"schema": 1, "name": "x", "experiment": "y", "runs": [{"curves": {"train": '
+            '{"loss": {"a": 1}}}}]}',
+            "not a number",
+        ),
+    ],
+)
 def test_malformed_reference_files(tmp_path, content, message):
     path = tmp_path / "bad.json"
     path.write_text(content)
@@ -144,6 +175,7 @@ def test_unknown_reference_names_the_shipped_ones():
 
 
 # --- compare ----------------------------------------------------------------------------------
+
 
 def test_compare_inside(make_run, reference_file):
     ref = load_reference(reference_file)
@@ -170,7 +202,11 @@ def test_compare_inside_only_thanks_to_the_margin(make_run, reference_file):
 
 def test_compare_outside(make_run, reference_file):
     ref = load_reference(reference_file)
-    rows = [json.loads(x) for x in (make_run("base", seed=2) / "metrics.jsonl").read_text().split("\n") if x]
+    rows = [
+        json.loads(x)
+        for x in (make_run("base", seed=2) / "metrics.jsonl").read_text().split("\n")
+        if x
+    ]
     for row in rows:
         if row["split"] == "train" and row["step"] == 80:
             row["loss"] += 1.0  # a spike
@@ -207,25 +243,32 @@ def test_compare_notes_other_lock_and_experiment(make_run, reference_file):
 
 # --- CLI --------------------------------------------------------------------------------------
 
+
 def test_cli_compare_exit_statuses(make_run, reference_file, capsys):
-    assert main(["compare", str(make_run("good", seed=2)), "--reference",
-                 str(reference_file)]) == 0
+    assert main(["compare", str(make_run("good", seed=2)), "--reference", str(reference_file)]) == 0
     assert "OK:" in capsys.readouterr().out
-    assert main(["compare", str(make_run("bad", seed=2, shift=1.0)), "--reference",
-                 str(reference_file)]) == 1
+    assert (
+        main(
+            ["compare", str(make_run("bad", seed=2, shift=1.0)), "--reference", str(reference_file)]
+        )
+        == 1
+    )
     assert "OUTSIDE" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["compare", "{tmp}/nope"], "no such job directory"),
-    (["compare", "{tmp}"], "no metrics.jsonl"),
-    (["compare", "{run}", "--reference", "NoSuchExp"], "unknown reference"),
-    (["compare", "{run}", "--reference", "none"], "needs a reference"),
-    (["compare", "{other}"], "no shipped reference for experiment x.Other"),
-    (["compare", "{run}", "--k", "-1"], "must be >= 0"),
-    (["plot", "{tmp}/nope"], "no such job directory"),
-    (["plot", "{run}", "--reference", "NoSuchExp"], "unknown reference"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["compare", "{tmp}/nope"], "no such job directory"),
+        (["compare", "{tmp}"], "no metrics.jsonl"),
+        (["compare", "{run}", "--reference", "NoSuchExp"], "unknown reference"),
+        (["compare", "{run}", "--reference", "none"], "needs a reference"),
+        (["compare", "{other}"], "no shipped reference for experiment x.Other"),
+        (["compare", "{run}", "--k", "-1"], "must be >= 0"),
+        (["plot", "{tmp}/nope"], "no such job directory"),
+        (["plot", "{run}", "--reference", "NoSuchExp"], "unknown reference"),
+    ],
+)
 def test_cli_bad_input_one_line_exit_2(tmp_path, make_run, capsys, argv, message):
     run, other = make_run("r"), make_run("o", experiment="x.Other")
     argv = [a.format(tmp=tmp_path, run=run, other=other) for a in argv]
@@ -243,7 +286,11 @@ def test_cli_usage_errors_exit_2(argv, capsys):
 
 
 def test_cli_as_module_bad_input(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "pax.curves", "compare", str(tmp_path / "x")],
-                         cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "pax.curves", "compare", str(tmp_path / "x")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().endswith("no such job directory") and out.stderr.count("\n") == 1

@@ -1,4 +1,5 @@
 """Drawing (only where matplotlib is installed: the tools venv, not the release envs)."""
+
 import pytest
 
 from pax.curves import CurvesError, load_reference, plot
@@ -9,8 +10,11 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def test_plot_runs_over_band(tmp_path, make_run, reference_file):
-    out = plot([make_run("a", seed=2), make_run("b", seed=4, shift=0.3)], tmp_path / "c.png",
-               reference=load_reference(reference_file))
+    out = plot(
+        [make_run("a", seed=2), make_run("b", seed=4, shift=0.3)],
+        tmp_path / "c.png",
+        reference=load_reference(reference_file),
+    )
     assert out.read_bytes()[:8] == PNG_MAGIC
     assert [p.name for p in tmp_path.glob(".*tmp")] == []
 
@@ -31,6 +35,8 @@ def test_cli_plot(tmp_path, make_run, reference_file, capsys):
     from pax.curves.__main__ import main
 
     out = tmp_path / "x.png"
-    assert main(["plot", str(make_run("a")), "--out", str(out), "--reference",
-                 str(reference_file)]) == 0
+    assert (
+        main(["plot", str(make_run("a")), "--out", str(out), "--reference", str(reference_file)])
+        == 0
+    )
     assert out.read_bytes()[:8] == PNG_MAGIC and "band: reference Tiny" in capsys.readouterr().out

@@ -1,4 +1,5 @@
 """The reference bands shipped in pax/curves/references/: well-formed, real, falling."""
+
 import json
 
 import pytest

@@ -1,4 +1,5 @@
 """Packed rows in the model: attention stays inside each document; the loss ignores padding."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,56 +16,67 @@ SECOND = SEGMENTS[0] == 2
 ONE_DOC = np.ones_like(SEGMENTS), np.arange(16)[None]
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def lm():
-  """(logits(tokens, positions, segment_ids), a row of tokens) of a 2-layer model, jitted once."""
-  cfg = ModelConfig(vocab_size=64, num_layers=2, model_dims=32, hidden_dims=64, num_heads=4,
-                    dims_per_head=8, num_kv_heads=2, max_seq_len=16)
-  model = TransformerLm(cfg)
-  tokens = np.array(jax.random.randint(jax.random.key(0), (1, 16), 1, 64))
-  variables = jax.jit(model.init)(jax.random.key(1), tokens, POSITIONS, SEGMENTS)
-  apply = jax.jit(model.apply)
-  return lambda t, p, s: np.array(apply(variables, t, p, s))[0], tokens
+    """(logits(tokens, positions, segment_ids), a row of tokens) of a 2-layer model, jitted once."""
+    cfg = ModelConfig(
+        vocab_size=64,
+        num_layers=2,
+        model_dims=32,
+        hidden_dims=64,
+        num_heads=4,
+        dims_per_head=8,
+        num_kv_heads=2,
+        max_seq_len=16,
+    )
+    model = TransformerLm(cfg)
+    tokens = np.array(jax.random.randint(jax.random.key(0), (1, 16), 1, 64))
+    variables = jax.jit(model.init)(jax.random.key(1), tokens, POSITIONS, SEGMENTS)
+    apply = jax.jit(model.apply)
+    return lambda t, p, s: np.array(apply(variables, t, p, s))[0], tokens
 
 
 def test_documents_do_not_see_each_other(lm):
-  logits, tokens = lm
-  other = tokens.copy()
-  other[0, :6] = (other[0, :6] + 7) % 64  # rewrite the first document
-  base = logits(tokens, POSITIONS, SEGMENTS)
-  changed = logits(other, POSITIONS, SEGMENTS)
-  np.testing.assert_allclose(changed[SECOND], base[SECOND], atol=1e-5)
-  assert not np.allclose(changed[~SECOND], base[~SECOND], atol=1e-3)
-  # Read as one document, the second part attends to the first: the check can fail.
-  s, p = ONE_DOC
-  assert not np.allclose(logits(other, p, s)[SECOND], logits(tokens, p, s)[SECOND], atol=1e-3)
+    logits, tokens = lm
+    other = tokens.copy()
+    other[0, :6] = (other[0, :6] + 7) % 64  # rewrite the first document
+    base = logits(tokens, POSITIONS, SEGMENTS)
+    changed = logits(other, POSITIONS, SEGMENTS)
+    np.testing.assert_allclose(changed[SECOND], base[SECOND], atol=1e-5)
+    assert not np.allclose(changed[~SECOND], base[~SECOND], atol=1e-3)
+    # Read as one document, the second part attends to the first: the check can fail.
+    s, p = ONE_DOC
+    assert not np.allclose(logits(other, p, s)[SECOND], logits(tokens, p, s)[SECOND], atol=1e-3)
 
 
 def test_a_document_reads_the_same_wherever_it_is_packed(lm):
-  logits, tokens = lm
-  alone = np.zeros_like(tokens)
-  alone[0, :7] = tokens[0, SECOND]  # the second document at the start of a row of its own
-  segments = np.array([[1] * 7 + [0] * 9])
-  positions = np.array([list(range(7)) + [0] * 9])
-  np.testing.assert_allclose(logits(tokens, POSITIONS, SEGMENTS)[SECOND],
-                             logits(alone, positions, segments)[:7], atol=1e-5)
+    logits, tokens = lm
+    alone = np.zeros_like(tokens)
+    alone[0, :7] = tokens[0, SECOND]  # the second document at the start of a row of its own
+    segments = np.array([[1] * 7 + [0] * 9])
+    positions = np.array([list(range(7)) + [0] * 9])
+    np.testing.assert_allclose(
+        logits(tokens, POSITIONS, SEGMENTS)[SECOND],
+        logits(alone, positions, segments)[:7],
+        atol=1e-5,
+    )
 
 
 def test_causal_inside_a_document(lm):
-  logits, tokens = lm
-  later = tokens.copy()
-  later[0, 10] = (later[0, 10] + 1) % 64  # a token in the middle of the second document
-  base, out = logits(tokens, POSITIONS, SEGMENTS), logits(later, POSITIONS, SEGMENTS)
-  np.testing.assert_allclose(out[:10], base[:10], atol=1e-5)
-  assert not np.allclose(out[10:13], base[10:13], atol=1e-3)
+    logits, tokens = lm
+    later = tokens.copy()
+    later[0, 10] = (later[0, 10] + 1) % 64  # a token in the middle of the second document
+    base, out = logits(tokens, POSITIONS, SEGMENTS), logits(later, POSITIONS, SEGMENTS)
+    np.testing.assert_allclose(out[:10], base[:10], atol=1e-5)
+    assert not np.allclose(out[10:13], base[10:13], atol=1e-3)
 
 
 def test_loss_ignores_padding():
-  logits = jax.random.normal(jax.random.key(2), (1, 16, 64))
-  targets = jax.random.randint(jax.random.key(3), (1, 16), 0, 64)
-  weights = jnp.asarray(SEGMENTS > 0, jnp.float32)
-  loss, metrics = lm_loss(logits, targets, weights)
-  moved = lm_loss(logits.at[0, 13:].set(5.0), targets.at[0, 13:].set(0), weights)[0]
-  np.testing.assert_allclose(moved, loss, rtol=1e-6)
-  assert metrics['num_tokens'] == 13
-  assert not np.isclose(lm_loss(logits, targets, jnp.ones_like(weights))[0], loss, rtol=1e-3)
+    logits = jax.random.normal(jax.random.key(2), (1, 16, 64))
+    targets = jax.random.randint(jax.random.key(3), (1, 16), 0, 64)
+    weights = jnp.asarray(SEGMENTS > 0, jnp.float32)
+    loss, metrics = lm_loss(logits, targets, weights)
+    moved = lm_loss(logits.at[0, 13:].set(5.0), targets.at[0, 13:].set(0), weights)[0]
+    np.testing.assert_allclose(moved, loss, rtol=1e-6)
+    assert metrics["num_tokens"] == 13
+    assert not np.isclose(lm_loss(logits, targets, jnp.ones_like(weights))[0], loss, rtol=1e-3)

@@ -1,4 +1,5 @@
 """Shared pieces of the trainer tests: a tiny experiment and a TensorBoard event reader."""
+
 import json
 import struct
 
@@ -6,46 +7,49 @@ from pax.tasks.lm.params.lm_cloud import LmCloudSpmdTiny
 
 
 class ShortRun:
-  """A test's run length: 6 steps, summaries every step, eval and checkpoint every 3."""
-  NUM_TRAIN_STEPS = 6
-  SUMMARY_EVERY_N_STEPS = 1
-  EVAL_EVERY_N_STEPS = 3
-  EVAL_NUM_BATCHES = 2
-  CHECKPOINT_EVERY_N_STEPS = 3
-  LR_WARMUP_STEPS = 2
-  LR_DECAY_START = 2
-  LR_DECAY_END = 50
+    """A test's run length: 6 steps, summaries every step, eval and checkpoint every 3."""
+
+    NUM_TRAIN_STEPS = 6
+    SUMMARY_EVERY_N_STEPS = 1
+    EVAL_EVERY_N_STEPS = 3
+    EVAL_NUM_BATCHES = 2
+    CHECKPOINT_EVERY_N_STEPS = 3
+    LR_WARMUP_STEPS = 2
+    LR_DECAY_START = 2
+    LR_DECAY_END = 50
 
 
 class Tiny(ShortRun, LmCloudSpmdTiny):
-  """Small enough to compile and train in seconds on CPU."""
-  NUM_LAYERS = 2
-  MODEL_DIMS = 64
-  HIDDEN_DIMS = 128
-  NUM_HEADS = 4
-  SEQ_LEN = 32
-  PERCORE_BATCH_SIZE = 8
+    """Small enough to compile and train in seconds on CPU."""
+
+    NUM_LAYERS = 2
+    MODEL_DIMS = 64
+    HIDDEN_DIMS = 128
+    NUM_HEADS = 4
+    SEQ_LEN = 32
+    PERCORE_BATCH_SIZE = 8
 
 
 def derive(base, **attrs):
-  return type(base.__name__, (base,), attrs)
+    return type(base.__name__, (base,), attrs)
 
 
-def read_metrics(job_dir, split='train'):
-  with open(f'{job_dir}/metrics.jsonl') as f:
-    rows = [json.loads(line) for line in f]
-  return [r for r in rows if r['split'] == split]
+def read_metrics(job_dir, split="train"):
+    with open(f"{job_dir}/metrics.jsonl") as f:
+        rows = [json.loads(line) for line in f]
+    return [r for r in rows if r["split"] == split]
 
 
 def read_scalars(event_file) -> dict:
-  """{tag: [(step, value)]} from a TensorBoard event file (TFRecord framing, Event protos)."""
-  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
-  scalars = {}
-  with open(event_file, 'rb') as f:
-    while header := f.read(12):
-      (length,) = struct.unpack('<Q', header[:8])
-      event = event_pb2.Event.FromString(f.read(length))
-      f.read(4)  # the data's masked CRC
-      for value in event.summary.value:
-        scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
-  return scalars
+    """{tag: [(step, value)]} from a TensorBoard event file (TFRecord framing, Event protos)."""
+    from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+
+    scalars = {}
+    with open(event_file, "rb") as f:
+        while header := f.read(12):
+            (length,) = struct.unpack("<Q", header[:8])
+            event = event_pb2.Event.FromString(f.read(length))
+            f.read(4)  # the data's masked CRC
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars

@@ -1,4 +1,5 @@
 """Joining a job from the environment: jax's cluster detection, driven by faked cluster env vars."""
+
 import os
 import re
 import socket
@@ -13,91 +14,102 @@ from pax.errors import UsageError
 from pax.parallel import distributed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_CLUSTER_PREFIXES = ('SLURM_', 'OMPI_', 'TPU_', 'MEGASCALE_', 'KUBERNETES_', 'JAX_COORDINATOR')
+_CLUSTER_PREFIXES = ("SLURM_", "OMPI_", "TPU_", "MEGASCALE_", "KUBERNETES_", "JAX_COORDINATOR")
 
 
 @pytest.fixture(autouse=True)
 def no_cluster(monkeypatch):
-  """Whatever machine runs the tests, each test starts outside any cluster."""
-  for name in list(os.environ):
-    if name.startswith(_CLUSTER_PREFIXES):
-      monkeypatch.delenv(name)
-  monkeypatch.setattr(cloud_tpu_cluster, 'running_in_cloud_tpu_vm', False)
+    """Whatever machine runs the tests, each test starts outside any cluster."""
+    for name in list(os.environ):
+        if name.startswith(_CLUSTER_PREFIXES):
+            monkeypatch.delenv(name)
+    monkeypatch.setattr(cloud_tpu_cluster, "running_in_cloud_tpu_vm", False)
 
 
-def _slurm(monkeypatch, ntasks, procid=0, job_id=4242, nodes='node[001-004]'):
-  for name, value in {'SLURM_JOB_ID': job_id, 'SLURM_STEP_NODELIST': nodes,
-                      'SLURM_NTASKS': ntasks, 'SLURM_PROCID': procid,
-                      'SLURM_LOCALID': 0}.items():
-    monkeypatch.setenv(name, str(value))
+def _slurm(monkeypatch, ntasks, procid=0, job_id=4242, nodes="node[001-004]"):
+    for name, value in {
+        "SLURM_JOB_ID": job_id,
+        "SLURM_STEP_NODELIST": nodes,
+        "SLURM_NTASKS": ntasks,
+        "SLURM_PROCID": procid,
+        "SLURM_LOCALID": 0,
+    }.items():
+        monkeypatch.setenv(name, str(value))
 
 
 def test_single_host_joins_nothing():
-  assert distributed.detect_cluster() is None
-  assert distributed.join_args(None, 1, None) is None
+    assert distributed.detect_cluster() is None
+    assert distributed.join_args(None, 1, None) is None
 
 
 def test_num_hosts_without_address_or_cluster_is_a_usage_error():
-  with pytest.raises(UsageError, match=r'--num_hosts=2 needs --server_addr=HOST:PORT'):
-    distributed.join_args(None, 2, None)
-  with pytest.raises(UsageError, match=r'--host_idx=1 needs --server_addr'):
-    distributed.join_args(None, 2, 1)
+    with pytest.raises(UsageError, match=r"--num_hosts=2 needs --server_addr=HOST:PORT"):
+        distributed.join_args(None, 2, None)
+    with pytest.raises(UsageError, match=r"--host_idx=1 needs --server_addr"):
+        distributed.join_args(None, 2, 1)
 
 
 def test_slurm_step_is_joined_through_jax(monkeypatch):
-  _slurm(monkeypatch, ntasks=4, procid=2)
-  assert distributed.detect_cluster() == ('SlurmCluster', 4)
-  assert distributed.join_args(None, 1, None) == ('SlurmCluster', {})
-  assert distributed.join_args(None, 4, None) == ('SlurmCluster', {})
-  # What jax then fills in by itself: first node of the step, a port derived from the job id
-  # (the Slurm script in pax/dist/cluster uses the same rule), Slurm's task rank.
-  coordinator, count, rank, _ = clusters.ClusterEnv.auto_detect_unset_distributed_params(
-      None, None, None, None, None, 300)
-  assert (coordinator, count, rank) == (f'node001:{4242 % 4096 + 61440}', 4, 2)
+    _slurm(monkeypatch, ntasks=4, procid=2)
+    assert distributed.detect_cluster() == ("SlurmCluster", 4)
+    assert distributed.join_args(None, 1, None) == ("SlurmCluster", {})
+    assert distributed.join_args(None, 4, None) == ("SlurmCluster", {})
+    # What jax then fills in by itself: first node of the step, a port derived from the job id
+    # (the Slurm script in pax/launch/templates uses the same rule), Slurm's task rank.
+    coordinator, count, rank, _ = clusters.ClusterEnv.auto_detect_unset_distributed_params(
+        None, None, None, None, None, 300
+    )
+    assert (coordinator, count, rank) == (f"node001:{4242 % 4096 + 61440}", 4, 2)
 
 
 def test_slurm_single_task_joins_nothing(monkeypatch):
-  # jax would pin a lone task to one GPU; a one-task job keeps all of its devices instead.
-  _slurm(monkeypatch, ntasks=1)
-  assert distributed.detect_cluster() == ('SlurmCluster', 1)
-  assert distributed.join_args(None, 1, None) is None
+    # jax would pin a lone task to one GPU; a one-task job keeps all of its devices instead.
+    _slurm(monkeypatch, ntasks=1)
+    assert distributed.detect_cluster() == ("SlurmCluster", 1)
+    assert distributed.join_args(None, 1, None) is None
 
 
 def test_num_hosts_disagreeing_with_the_cluster_is_a_usage_error(monkeypatch):
-  _slurm(monkeypatch, ntasks=4)
-  with pytest.raises(UsageError, match=r'--num_hosts=8, but SlurmCluster runs 4 processes'):
-    distributed.join_args(None, 8, None)
+    _slurm(monkeypatch, ntasks=4)
+    with pytest.raises(UsageError, match=r"--num_hosts=8, but SlurmCluster runs 4 processes"):
+        distributed.join_args(None, 8, None)
 
 
 def test_gke_tpu_slice_is_joined_through_jax(monkeypatch):
-  # What GKE puts into each pod of a multi-host TPU slice (here v4-64: 8 hosts).
-  monkeypatch.setattr(cloud_tpu_cluster, 'running_in_cloud_tpu_vm', True)
-  monkeypatch.setenv('TPU_WORKER_HOSTNAMES', ','.join(f'pax-workers-0-{i}.pax' for i in range(8)))
-  monkeypatch.setenv('TPU_WORKER_ID', '5')
-  monkeypatch.setenv('TPU_SKIP_MDS_QUERY', 'true')  # GKE's: no TPU-VM metadata (GceTpuCluster)
-  monkeypatch.setenv('MEGASCALE_NUM_SLICES', '1')  # else jax asks the metadata server
-  monkeypatch.setenv('MEGASCALE_SLICE_ID', '0')
-  assert distributed.detect_cluster() == ('GkeTpuCluster', 8)
-  assert cloud_tpu_cluster.GkeTpuCluster.get_process_id() == 5
-  assert distributed.join_args(None, 1, None) == ('GkeTpuCluster', {})
+    # What GKE puts into each pod of a multi-host TPU slice (here v4-64: 8 hosts).
+    monkeypatch.setattr(cloud_tpu_cluster, "running_in_cloud_tpu_vm", True)
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", ",".join(f"pax-workers-0-{i}.pax" for i in range(8)))
+    monkeypatch.setenv("TPU_WORKER_ID", "5")
+    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "true")  # GKE's: no TPU-VM metadata (GceTpuCluster)
+    monkeypatch.setenv("MEGASCALE_NUM_SLICES", "1")  # else jax asks the metadata server
+    monkeypatch.setenv("MEGASCALE_SLICE_ID", "0")
+    assert distributed.detect_cluster() == ("GkeTpuCluster", 8)
+    assert cloud_tpu_cluster.GkeTpuCluster.get_process_id() == 5
+    assert distributed.join_args(None, 1, None) == ("GkeTpuCluster", {})
 
 
 def test_open_mpi_is_joined_through_jax(monkeypatch):
-  monkeypatch.setenv('OMPI_MCA_orte_hnp_uri', '1531576320.0;tcp://10.0.0.1:34911')
-  monkeypatch.setenv('OMPI_COMM_WORLD_SIZE', '2')
-  assert distributed.detect_cluster() == ('OmpiCluster', 2)
+    monkeypatch.setenv("OMPI_MCA_orte_hnp_uri", "1531576320.0;tcp://10.0.0.1:34911")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    assert distributed.detect_cluster() == ("OmpiCluster", 2)
 
 
 def test_flags_win_over_the_cluster_and_switch_detection_off(monkeypatch):
-  # Slurm with one task per node: jax's detection would hide all GPUs but SLURM_LOCALID's.
-  _slurm(monkeypatch, ntasks=2, procid=1)
-  assert distributed.join_args('node001:8482', 2, 1) == ('flags', dict(
-      coordinator_address='node001:8482', num_processes=2, process_id=1,
-      cluster_detection_method='deactivate'))
-  with pytest.raises(UsageError, match=r'--host_idx=2 is outside 0..1'):
-    distributed.join_args('node001:8482', 2, 2)
-  with pytest.raises(UsageError, match=r'--server_addr needs --host_idx'):
-    distributed.join_args('node001:8482', 2, None)
+    # Slurm with one task per node: jax's detection would hide all GPUs but SLURM_LOCALID's.
+    _slurm(monkeypatch, ntasks=2, procid=1)
+    assert distributed.join_args("node001:8482", 2, 1) == (
+        "flags",
+        dict(
+            coordinator_address="node001:8482",
+            num_processes=2,
+            process_id=1,
+            cluster_detection_method="deactivate",
+        ),
+    )
+    with pytest.raises(UsageError, match=r"--host_idx=2 is outside 0..1"):
+        distributed.join_args("node001:8482", 2, 2)
+    with pytest.raises(UsageError, match=r"--server_addr needs --host_idx"):
+        distributed.join_args("node001:8482", 2, None)
 
 
 _PROBE = """
@@ -111,20 +123,33 @@ print('joined', jax.process_index(), jax.process_count(), jax.device_count(), ra
 
 
 def test_two_slurm_tasks_join_without_flags(tmp_path):
-  """Real jax.distributed over gloo, coordinator and ranks from Slurm's variables alone."""
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-  base = {k: v for k, v in os.environ.items() if not k.startswith(_CLUSTER_PREFIXES)}
-  base.update(PYTHONPATH=ROOT, JAX_PLATFORMS='cpu', JAX_COORDINATOR_PORT=str(port),
-              XLA_FLAGS='--xla_force_host_platform_device_count=2', SLURM_JOB_ID='77',
-              SLURM_STEP_NODELIST='localhost', SLURM_NTASKS='2')
-  procs = [subprocess.Popen([sys.executable, '-c', _PROBE], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**base, 'SLURM_PROCID': str(i), 'SLURM_LOCALID': str(i)})
-           for i in range(2)]
-  outs = [p.communicate(timeout=120) for p in procs]
-  assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
-  # gloo's own log lines share stdout and may run into ours without a newline.
-  joined = [re.findall(r'joined \d+ \d+ \d+ \[[\d, ]*\]', out) for out, _ in outs]
-  assert joined == [['joined 0 2 4 [0, 1]'], ['joined 1 2 4 [0, 1]']]
+    """Real jax.distributed over gloo, coordinator and ranks from Slurm's variables alone."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = {k: v for k, v in os.environ.items() if not k.startswith(_CLUSTER_PREFIXES)}
+    base.update(
+        PYTHONPATH=ROOT,
+        JAX_PLATFORMS="cpu",
+        JAX_COORDINATOR_PORT=str(port),
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        SLURM_JOB_ID="77",
+        SLURM_STEP_NODELIST="localhost",
+        SLURM_NTASKS="2",
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PROBE],
+            cwd=ROOT,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**base, "SLURM_PROCID": str(i), "SLURM_LOCALID": str(i)},
+        )
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    # gloo's own log lines share stdout and may run into ours without a newline.
+    joined = [re.findall(r"joined \d+ \d+ \d+ \[[\d, ]*\]", out) for out, _ in outs]
+    assert joined == [["joined 0 2 4 [0, 1]"], ["joined 1 2 4 [0, 1]"]]

@@ -1,8 +1,7 @@
 """Runs that survive: preemption, kill -9, damaged checkpoints, NaNs (issue: runs that survive)."""
-import json
+
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -12,148 +11,186 @@ import numpy as np
 import pytest
 
 from pax.checkpoint.manager import Checkpointer, CheckpointError
-from pax.train import loop, preemption, state as state_lib
+from pax.train import loop, preemption
+from pax.train import state as state_lib
 from tests.trainer.helpers import Tiny, derive, read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SMALL = ['NUM_LAYERS=2', 'MODEL_DIMS=64', 'HIDDEN_DIMS=128', 'SEQ_LEN=32', 'PERCORE_BATCH_SIZE=8',
-         'SUMMARY_EVERY_N_STEPS=1', 'EVAL_EVERY_N_STEPS=1000', 'EVAL_NUM_BATCHES=1',
-         'CHECKPOINT_EVERY_N_STEPS=4', 'CHECKPOINT_MAX_TO_KEEP=2']
-STEP_LINE = re.compile(r'step (\d+)/\d+ ')
+SMALL = [
+    "NUM_LAYERS=2",
+    "MODEL_DIMS=64",
+    "HIDDEN_DIMS=128",
+    "SEQ_LEN=32",
+    "PERCORE_BATCH_SIZE=8",
+    "SUMMARY_EVERY_N_STEPS=1",
+    "EVAL_EVERY_N_STEPS=1000",
+    "EVAL_NUM_BATCHES=1",
+    "CHECKPOINT_EVERY_N_STEPS=4",
+    "CHECKPOINT_MAX_TO_KEEP=2",
+]
+STEP_LINE = re.compile(r"step (\d+)/\d+ ")
 
 
 def _start(job_dir, steps):
-  args = [f'--set={a}' for a in SMALL + [f'NUM_TRAIN_STEPS={steps}']]
-  env = {**os.environ, 'PYTHONPATH': ROOT, 'JAX_PLATFORMS': 'cpu',
-         'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
-  return subprocess.Popen([sys.executable, '-m', 'pax.main', '--exp=LmCloudSpmdTiny',
-                           f'--job_log_dir={job_dir}', *args], stderr=subprocess.PIPE,
-                          text=True, env=env, cwd=ROOT)
+    args = [f"--set={a}" for a in SMALL + [f"NUM_TRAIN_STEPS={steps}"]]
+    env = {
+        **os.environ,
+        "PYTHONPATH": ROOT,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+    }
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pax.main",
+            "--exp=LmCloudSpmdTiny",
+            f"--job_log_dir={job_dir}",
+            *args,
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def _run_until(job_dir, steps, kill_at=None, sig=signal.SIGTERM):
-  """Runs pax.main; sends `sig` once the log shows step kill_at; returns (exit status, log)."""
-  proc = _start(job_dir, steps)
-  log = []
-  for line in proc.stderr:
-    log.append(line)
-    match = STEP_LINE.search(line)
-    if kill_at is not None and match and int(match.group(1)) >= kill_at:
-      proc.send_signal(sig)
-      kill_at = None
-  return proc.wait(timeout=300), ''.join(log)
+    """Runs pax.main; sends `sig` once the log shows step kill_at; returns (exit status, log)."""
+    proc = _start(job_dir, steps)
+    log = []
+    for line in proc.stderr:
+        log.append(line)
+        match = STEP_LINE.search(line)
+        if kill_at is not None and match and int(match.group(1)) >= kill_at:
+            proc.send_signal(sig)
+            kill_at = None
+    return proc.wait(timeout=300), "".join(log)
 
 
 def _history(job_dir):
-  """Loss by step; a step run twice (after kill -9) keeps its last row."""
-  return {m['step']: m['loss'] for m in read_metrics(job_dir)}
+    """Loss by step; a step run twice (after kill -9) keeps its last row."""
+    return {m["step"]: m["loss"] for m in read_metrics(job_dir)}
 
 
 def _checkpoints(job_dir):
-  return sorted(os.listdir(os.path.join(job_dir, 'checkpoints')))
+    return sorted(os.listdir(os.path.join(job_dir, "checkpoints")))
 
 
 def test_sigterm_saves_at_the_current_step_and_the_rerun_resumes(tmp_path):
-  status, log = _run_until(tmp_path, 200, kill_at=6)
-  assert status == preemption.EXIT_PREEMPTED, log
-  saved = int(_checkpoints(tmp_path)[-1].split('_')[1])
-  # The loop finishes the step in flight, saves it and stops: the newest checkpoint is the
-  # last step trained, whether or not it is a periodic one.
-  assert saved >= 6 and max(_history(tmp_path)) == saved, (_checkpoints(tmp_path), log)
-  status, log = _run_until(tmp_path, saved + 2)
-  assert status == 0, log
-  assert f'resumed from {tmp_path}/checkpoints/checkpoint_{saved:08d}' in log
+    status, log = _run_until(tmp_path, 200, kill_at=6)
+    assert status == preemption.EXIT_PREEMPTED, log
+    saved = int(_checkpoints(tmp_path)[-1].split("_")[1])
+    # The loop finishes the step in flight, saves it and stops: the newest checkpoint is the
+    # last step trained, whether or not it is a periodic one.
+    assert saved >= 6 and max(_history(tmp_path)) == saved, (_checkpoints(tmp_path), log)
+    status, log = _run_until(tmp_path, saved + 2)
+    assert status == 0, log
+    assert f"resumed from {tmp_path}/checkpoints/checkpoint_{saved:08d}" in log
 
 
 def test_soak_interruptions_change_nothing(tmp_path):
-  """Five interruptions (SIGTERM and kill -9 at varied steps); the loss history and the final
-  parameters equal an uninterrupted run's bitwise (CPU execution is deterministic)."""
-  steps = 22
-  reference = tmp_path / 'reference'
-  assert _run_until(reference, steps)[0] == 0
-  job = tmp_path / 'interrupted'
-  for kill_at, sig in [(3, signal.SIGKILL), (6, signal.SIGTERM), (9, signal.SIGKILL),
-                       (13, signal.SIGTERM), (18, signal.SIGKILL)]:
-    status, log = _run_until(job, steps, kill_at=kill_at, sig=sig)
-    assert status in (-signal.SIGKILL, preemption.EXIT_PREEMPTED), log
-    assert not [d for d in os.listdir(job / 'checkpoints') if 'tmp' in d] or sig == signal.SIGKILL
-  status, log = _run_until(job, steps)
-  assert status == 0, log
-  assert _history(job) == _history(reference)
-  final = f'checkpoint_{steps:08d}'
-  a = _restore_params(reference, final)
-  b = _restore_params(job, final)
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-    np.testing.assert_array_equal(x, y)
+    """Five interruptions (SIGTERM and kill -9 at varied steps); the loss history and the final
+    parameters equal an uninterrupted run's bitwise (CPU execution is deterministic)."""
+    steps = 22
+    reference = tmp_path / "reference"
+    assert _run_until(reference, steps)[0] == 0
+    job = tmp_path / "interrupted"
+    for kill_at, sig in [
+        (3, signal.SIGKILL),
+        (6, signal.SIGTERM),
+        (9, signal.SIGKILL),
+        (13, signal.SIGTERM),
+        (18, signal.SIGKILL),
+    ]:
+        status, log = _run_until(job, steps, kill_at=kill_at, sig=sig)
+        assert status in (-signal.SIGKILL, preemption.EXIT_PREEMPTED), log
+        assert (
+            not [d for d in os.listdir(job / "checkpoints") if "tmp" in d] or sig == signal.SIGKILL
+        )
+    status, log = _run_until(job, steps)
+    assert status == 0, log
+    assert _history(job) == _history(reference)
+    final = f"checkpoint_{steps:08d}"
+    a = _restore_params(reference, final)
+    b = _restore_params(job, final)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(x, y)
 
 
 def _restore_params(job_dir, name):
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-  path = os.path.join(job_dir, 'checkpoints', name, 'state')
-  return ocp.StandardCheckpointer().restore(path)['params']
+    import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+
+    path = os.path.join(job_dir, "checkpoints", name, "state")
+    return ocp.StandardCheckpointer().restore(path)["params"]
 
 
 def _damage(checkpoint_dir):
-  """Truncate every data file of a checkpoint to half its size."""
-  for root, _, files in os.walk(checkpoint_dir):
-    for name in files:
-      path = os.path.join(root, name)
-      size = os.path.getsize(path)
-      with open(path, 'r+b') as f:
-        f.truncate(size // 2)
+    """Truncate every data file of a checkpoint to half its size."""
+    for root, _, files in os.walk(checkpoint_dir):
+        for name in files:
+            path = os.path.join(root, name)
+            size = os.path.getsize(path)
+            with open(path, "r+b") as f:
+                f.truncate(size // 2)
 
 
 def test_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_used(tmp_path):
-  one = jax.devices()[:1]
-  loop.train(loop.prepare(Tiny(), devices=one), str(tmp_path), 'tests.Tiny')
-  expected = _history(tmp_path)
-  _damage(tmp_path / 'checkpoints' / 'checkpoint_00000006')
-  # Asking for one more step: the run must fall back to step 3 and redo 4..7.
-  loop.train(loop.prepare(derive(Tiny, NUM_TRAIN_STEPS=7)(), devices=one), str(tmp_path),
-             'tests.Tiny')
-  assert os.path.isdir(tmp_path / 'checkpoints_damaged' / 'checkpoint_00000006')
-  rows = read_metrics(tmp_path)
-  assert [m['step'] for m in rows] == [1, 2, 3, 4, 5, 6, 4, 5, 6, 7]
-  np.testing.assert_array_equal([m['loss'] for m in rows[6:9]], [expected[s] for s in (4, 5, 6)])
-  assert _checkpoints(tmp_path) == ['checkpoint_00000003', 'checkpoint_00000006',
-                                    'checkpoint_00000007']
+    one = jax.devices()[:1]
+    loop.train(loop.prepare(Tiny(), devices=one), str(tmp_path), "tests.Tiny")
+    expected = _history(tmp_path)
+    _damage(tmp_path / "checkpoints" / "checkpoint_00000006")
+    # Asking for one more step: the run must fall back to step 3 and redo 4..7.
+    loop.train(
+        loop.prepare(derive(Tiny, NUM_TRAIN_STEPS=7)(), devices=one), str(tmp_path), "tests.Tiny"
+    )
+    assert os.path.isdir(tmp_path / "checkpoints_damaged" / "checkpoint_00000006")
+    rows = read_metrics(tmp_path)
+    assert [m["step"] for m in rows] == [1, 2, 3, 4, 5, 6, 4, 5, 6, 7]
+    np.testing.assert_array_equal([m["loss"] for m in rows[6:9]], [expected[s] for s in (4, 5, 6)])
+    assert _checkpoints(tmp_path) == [
+        "checkpoint_00000003",
+        "checkpoint_00000006",
+        "checkpoint_00000007",
+    ]
 
 
 def test_nan_stops_by_default_naming_the_step(tmp_path):
-  # An absurd learning rate: step 1's update is finite but blows the weights up, so step 2's
-  # loss is not.
-  explode = derive(Tiny, LEARNING_RATE=1e30, LR_SCHEDULE='constant')
-  with pytest.raises(loop.NonFiniteError, match='NaN/Inf at step 2 .*no checkpoint was written'):
-    loop.train(loop.prepare(explode(), devices=jax.devices()[:1]), str(tmp_path), 'tests.Tiny')
-  assert not os.path.exists(tmp_path / 'checkpoints') or not _checkpoints(tmp_path)
+    # An absurd learning rate: step 1's update is finite but blows the weights up, so step 2's
+    # loss is not.
+    explode = derive(Tiny, LEARNING_RATE=1e30, LR_SCHEDULE="constant")
+    with pytest.raises(loop.NonFiniteError, match="NaN/Inf at step 2 .*no checkpoint was written"):
+        loop.train(loop.prepare(explode(), devices=jax.devices()[:1]), str(tmp_path), "tests.Tiny")
+    assert not os.path.exists(tmp_path / "checkpoints") or not _checkpoints(tmp_path)
 
 
 def test_nan_skip_policy_skips_and_counts(tmp_path):
-  explode = derive(Tiny, LEARNING_RATE=1e30, LR_SCHEDULE='constant', NAN_POLICY='skip')
-  loop.train(loop.prepare(explode(), devices=jax.devices()[:1]), str(tmp_path), 'tests.Tiny')
-  rows = read_metrics(tmp_path)
-  assert [m['skipped_steps'] for m in rows] == [0, 1, 2, 3, 4, 5]
-  assert _checkpoints(tmp_path) == ['checkpoint_00000003', 'checkpoint_00000006']
+    explode = derive(Tiny, LEARNING_RATE=1e30, LR_SCHEDULE="constant", NAN_POLICY="skip")
+    loop.train(loop.prepare(explode(), devices=jax.devices()[:1]), str(tmp_path), "tests.Tiny")
+    rows = read_metrics(tmp_path)
+    assert [m["skipped_steps"] for m in rows] == [0, 1, 2, 3, 4, 5]
+    assert _checkpoints(tmp_path) == ["checkpoint_00000003", "checkpoint_00000006"]
 
 
 @pytest.fixture
 def small_disk(tmp_path):
-  """A 1.5 MB tmpfs: room for one checkpoint of Tiny, not two (needs root to mount)."""
-  mount = tmp_path / 'disk'
-  mount.mkdir()
-  if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=1536k', 'tmpfs', str(mount)],
-                    capture_output=True).returncode:
-    pytest.skip('mounting a small tmpfs needs root')
-  yield mount
-  subprocess.run(['umount', '-l', str(mount)], check=False)
+    """A 1.5 MB tmpfs: room for one checkpoint of Tiny, not two (needs root to mount)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1536k", "tmpfs", str(mount)], capture_output=True
+    ).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_disk_full_while_saving_stops_the_run_and_keeps_the_previous_checkpoint(small_disk):
-  one = jax.devices()[:1]
-  job = small_disk / 'job'
-  with pytest.raises(CheckpointError, match=r'checkpoint_00000003 is intact.*free space'):
-    loop.train(loop.prepare(Tiny(), devices=one), str(job), 'tests.Tiny')
-  run = loop.prepare(Tiny(), devices=one)
-  abstract, _ = state_lib.shardings(run.model, run.tx, run.mesh)
-  step, state = Checkpointer(str(job), max_to_keep=3, saving=False).restore_latest(abstract)
-  assert step == 3 and int(state['step']) == 3
+    one = jax.devices()[:1]
+    job = small_disk / "job"
+    with pytest.raises(CheckpointError, match=r"checkpoint_00000003 is intact.*free space"):
+        loop.train(loop.prepare(Tiny(), devices=one), str(job), "tests.Tiny")
+    run = loop.prepare(Tiny(), devices=one)
+    abstract, _ = state_lib.shardings(run.model, run.tx, run.mesh)
+    step, state = Checkpointer(str(job), max_to_keep=3, saving=False).restore_latest(abstract)
+    assert step == 3 and int(state["step"]) == 3

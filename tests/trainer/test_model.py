@@ -13,113 +13,120 @@ from tests.trainer.helpers import Tiny, derive
 
 
 def _model_and_params(experiment_cls, seed=0):
-  cfg = experiment_cls().task().model
-  model = TransformerLm(cfg)
-  tokens = jax.random.randint(jax.random.key(1), (2, cfg.max_seq_len), 0, cfg.vocab_size)
-  params = jax.jit(model.init)(jax.random.key(seed), tokens)['params']
-  return model, params, tokens
+    cfg = experiment_cls().task().model
+    model = TransformerLm(cfg)
+    tokens = jax.random.randint(jax.random.key(1), (2, cfg.max_seq_len), 0, cfg.vocab_size)
+    params = jax.jit(model.init)(jax.random.key(seed), tokens)["params"]
+    return model, params, tokens
 
 
 def _targets(tokens):
-  # Independent of the inputs: with tied embeddings, inputs as targets would be too easy.
-  return jax.random.randint(jax.random.key(2), tokens.shape, 0, 256)
+    # Independent of the inputs: with tied embeddings, inputs as targets would be too easy.
+    return jax.random.randint(jax.random.key(2), tokens.shape, 0, 256)
 
 
 def test_shapes_and_initial_loss_near_uniform():
-  model, params, tokens = _model_and_params(Tiny)
-  logits = jax.jit(model.apply)({'params': params}, tokens)
-  assert logits.shape == (2, 32, 256) and logits.dtype == jnp.float32
-  loss, metrics = lm_loss(logits, _targets(tokens), jnp.ones(tokens.shape))
-  # A fresh model is close to uniform: unit-scale logits add about 0.5 nats to ln(256).
-  assert abs(float(loss) - math.log(256)) < 1.5
-  assert float(metrics['num_tokens']) == 64
-  assert float(metrics['log_pplx']) == float(loss)
+    model, params, tokens = _model_and_params(Tiny)
+    logits = jax.jit(model.apply)({"params": params}, tokens)
+    assert logits.shape == (2, 32, 256) and logits.dtype == jnp.float32
+    loss, metrics = lm_loss(logits, _targets(tokens), jnp.ones(tokens.shape))
+    # A fresh model is close to uniform: unit-scale logits add about 0.5 nats to ln(256).
+    assert abs(float(loss) - math.log(256)) < 1.5
+    assert float(metrics["num_tokens"]) == 64
+    assert float(metrics["log_pplx"]) == float(loss)
 
 
 def test_repeated_layers_stack_parameters_on_a_layers_axis():
-  _, params, _ = _model_and_params(Tiny)
-  qkv = params['layers']['attention']['qkv']
-  assert qkv.value.shape == (2, 64, 3, 4, 16)  # (layers, embed, q/k/v, heads, dims)
-  assert qkv.names == ('layers', 'embed', None, 'heads', 'kv')
+    _, params, _ = _model_and_params(Tiny)
+    qkv = params["layers"]["attention"]["qkv"]
+    assert qkv.value.shape == (2, 64, 3, 4, 16)  # (layers, embed, q/k/v, heads, dims)
+    assert qkv.names == ("layers", "embed", None, "heads", "kv")
 
 
 def test_causal_future_tokens_do_not_change_past_logits():
-  model, params, tokens = _model_and_params(Tiny)
-  changed = tokens.at[:, 20:].set((tokens[:, 20:] + 7) % 256)
-  a = jax.jit(model.apply)({'params': params}, tokens)
-  b = jax.jit(model.apply)({'params': params}, changed)
-  np.testing.assert_allclose(a[:, :20], b[:, :20], atol=1e-5)
-  assert not np.allclose(a[:, 20:], b[:, 20:], atol=1e-3)
+    model, params, tokens = _model_and_params(Tiny)
+    changed = tokens.at[:, 20:].set((tokens[:, 20:] + 7) % 256)
+    a = jax.jit(model.apply)({"params": params}, tokens)
+    b = jax.jit(model.apply)({"params": params}, changed)
+    np.testing.assert_allclose(a[:, :20], b[:, :20], atol=1e-5)
+    assert not np.allclose(a[:, 20:], b[:, 20:], atol=1e-3)
 
 
-@pytest.mark.parametrize('attrs', [
-    dict(NUM_KV_HEADS=2),
-    dict(POSITION_EMBEDDING='learned'),
-    dict(ACTIVATION='swiglu'),
-    dict(ACTIVATION='gelu', SEPARATE_EMBEDDING=True),
-    dict(USE_REPEATED_LAYER=False),
-    dict(FPROP_DTYPE='bfloat16'),
-])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        dict(NUM_KV_HEADS=2),
+        dict(POSITION_EMBEDDING="learned"),
+        dict(ACTIVATION="swiglu"),
+        dict(ACTIVATION="gelu", SEPARATE_EMBEDDING=True),
+        dict(USE_REPEATED_LAYER=False),
+        dict(FPROP_DTYPE="bfloat16"),
+    ],
+)
 def test_variants_build_and_give_finite_near_uniform_loss(attrs):
-  model, params, tokens = _model_and_params(derive(Tiny, **attrs))
-  loss, _ = lm_loss(jax.jit(model.apply)({'params': params}, tokens), _targets(tokens),
-                    jnp.ones(tokens.shape))
-  assert abs(float(loss) - math.log(256)) < 1.5
+    model, params, tokens = _model_and_params(derive(Tiny, **attrs))
+    loss, _ = lm_loss(
+        jax.jit(model.apply)({"params": params}, tokens), _targets(tokens), jnp.ones(tokens.shape)
+    )
+    assert abs(float(loss) - math.log(256)) < 1.5
 
 
 def test_grouped_query_attention_shares_kv_heads():
-  _, params, _ = _model_and_params(derive(Tiny, NUM_KV_HEADS=2))
-  # 2 kv heads, each with a group of 2 query heads plus its key and value.
-  assert params['layers']['attention']['qkv'].value.shape == (2, 64, 4, 2, 16)
+    _, params, _ = _model_and_params(derive(Tiny, NUM_KV_HEADS=2))
+    # 2 kv heads, each with a group of 2 query heads plus its key and value.
+    assert params["layers"]["attention"]["qkv"].value.shape == (2, 64, 4, 2, 16)
 
 
 def test_remat_changes_memory_not_math():
-  base_model, params, tokens = _model_and_params(Tiny)
-  remat_model = TransformerLm(dataclasses.replace(base_model.cfg, remat_policy='full'))
+    base_model, params, tokens = _model_and_params(Tiny)
+    remat_model = TransformerLm(dataclasses.replace(base_model.cfg, remat_policy="full"))
 
-  def loss(model, p):
-    return lm_loss(jax.jit(model.apply)({'params': p}, tokens), _targets(tokens), jnp.ones(tokens.shape))[0]
+    def loss(model, p):
+        return lm_loss(
+            jax.jit(model.apply)({"params": p}, tokens), _targets(tokens), jnp.ones(tokens.shape)
+        )[0]
 
-  g1 = jax.jit(jax.grad(lambda p: loss(base_model, p)))(params)
-  g2 = jax.jit(jax.grad(lambda p: loss(remat_model, p)))(params)
-  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    g1 = jax.jit(jax.grad(lambda p: loss(base_model, p)))(params)
+    g2 = jax.jit(jax.grad(lambda p: loss(remat_model, p)))(params)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
 def test_softmax_cap_bounds_logits():
-  model, params, tokens = _model_and_params(derive(Tiny, SOFTMAX_CAP=2.0))
-  assert float(jnp.abs(jax.jit(model.apply)({'params': params}, tokens)).max()) < 2.0
+    model, params, tokens = _model_and_params(derive(Tiny, SOFTMAX_CAP=2.0))
+    assert float(jnp.abs(jax.jit(model.apply)({"params": params}, tokens)).max()) < 2.0
 
 
 def test_loss_ignores_zero_weight_tokens():
-  logits = jax.random.normal(jax.random.key(0), (1, 4, 8))
-  targets = jnp.array([[1, 2, 3, 4]])
-  weights = jnp.array([[1.0, 1.0, 0.0, 0.0]])
-  loss, metrics = lm_loss(logits, targets, weights)
-  logp = jax.nn.log_softmax(logits)
-  expected = -(logp[0, 0, 1] + logp[0, 1, 2]) / 2
-  np.testing.assert_allclose(loss, expected, rtol=1e-6)
-  assert float(metrics['num_tokens']) == 2
+    logits = jax.random.normal(jax.random.key(0), (1, 4, 8))
+    targets = jnp.array([[1, 2, 3, 4]])
+    weights = jnp.array([[1.0, 1.0, 0.0, 0.0]])
+    loss, metrics = lm_loss(logits, targets, weights)
+    logp = jax.nn.log_softmax(logits)
+    expected = -(logp[0, 0, 1] + logp[0, 1, 2]) / 2
+    np.testing.assert_allclose(loss, expected, rtol=1e-6)
+    assert float(metrics["num_tokens"]) == 2
 
 
 def test_query_chunked_attention_is_the_same_math():
-  model, params, tokens = _model_and_params(Tiny)
-  chunked = TransformerLm(dataclasses.replace(model.cfg, attention_query_chunk=8))
-  # Packed rows: the segment mask must apply inside every chunk too.
-  segments = jnp.broadcast_to(jnp.repeat(jnp.arange(1, 4), jnp.array([10, 12, 10]),
-                                         total_repeat_length=32), tokens.shape)
+    model, params, tokens = _model_and_params(Tiny)
+    chunked = TransformerLm(dataclasses.replace(model.cfg, attention_query_chunk=8))
+    # Packed rows: the segment mask must apply inside every chunk too.
+    segments = jnp.broadcast_to(
+        jnp.repeat(jnp.arange(1, 4), jnp.array([10, 12, 10]), total_repeat_length=32), tokens.shape
+    )
 
-  def loss(m, p):
-    logits = m.apply({'params': p}, tokens, segment_ids=segments)
-    return lm_loss(logits, _targets(tokens), jnp.ones(tokens.shape))[0]
+    def loss(m, p):
+        logits = m.apply({"params": p}, tokens, segment_ids=segments)
+        return lm_loss(logits, _targets(tokens), jnp.ones(tokens.shape))[0]
 
-  whole, whole_grads = jax.jit(jax.value_and_grad(lambda p: loss(model, p)))(params)
-  parts, parts_grads = jax.jit(jax.value_and_grad(lambda p: loss(chunked, p)))(params)
-  assert float(parts) == pytest.approx(float(whole), rel=1e-6)
-  for a, b in zip(jax.tree.leaves(whole_grads), jax.tree.leaves(parts_grads)):
-    np.testing.assert_allclose(a, b, atol=1e-6)
+    whole, whole_grads = jax.jit(jax.value_and_grad(lambda p: loss(model, p)))(params)
+    parts, parts_grads = jax.jit(jax.value_and_grad(lambda p: loss(chunked, p)))(params)
+    assert float(parts) == pytest.approx(float(whole), rel=1e-6)
+    for a, b in zip(jax.tree.leaves(whole_grads), jax.tree.leaves(parts_grads)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
 
 
 def test_query_chunk_must_divide_the_sequence():
-  with pytest.raises(UsageError, match='ATTENTION_QUERY_CHUNK=12 does not divide SEQ_LEN=32'):
-    loop.prepare(derive(Tiny, ATTENTION_QUERY_CHUNK=12)())
+    with pytest.raises(UsageError, match="ATTENTION_QUERY_CHUNK=12 does not divide SEQ_LEN=32"):
+        loop.prepare(derive(Tiny, ATTENTION_QUERY_CHUNK=12)())

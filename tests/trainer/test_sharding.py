@@ -1,4 +1,3 @@
-import jax
 import pytest
 from jax.sharding import PartitionSpec as P
 
@@ -13,64 +12,68 @@ from tests.trainer.helpers import Tiny, derive
 
 
 def _mesh(shape):
-  return build_mesh(MeshConfig(ici_mesh_shape=shape, dcn_mesh_shape=None))
+    return build_mesh(MeshConfig(ici_mesh_shape=shape, dcn_mesh_shape=None))
 
 
 def test_mesh_axes_and_shape():
-  mesh = _mesh((1, 2, 4))
-  assert dict(mesh.shape) == {'replica': 1, 'data': 2, 'mdl': 4}
+    mesh = _mesh((1, 2, 4))
+    assert dict(mesh.shape) == {"replica": 1, "data": 2, "mdl": 4}
 
 
 def test_no_mesh_shape_is_data_parallel_over_all_devices():
-  mesh = build_mesh(MeshConfig(ici_mesh_shape=None, dcn_mesh_shape=None))
-  assert dict(mesh.shape) == {'replica': 1, 'data': 8, 'mdl': 1}
+    mesh = build_mesh(MeshConfig(ici_mesh_shape=None, dcn_mesh_shape=None))
+    assert dict(mesh.shape) == {"replica": 1, "data": 8, "mdl": 1}
 
 
 def test_dcn_shape_multiplies_the_ici_shape():
-  mesh = build_mesh(MeshConfig(ici_mesh_shape=(1, 2, 2), dcn_mesh_shape=(2, 1, 1)))
-  assert dict(mesh.shape) == {'replica': 2, 'data': 2, 'mdl': 2}
+    mesh = build_mesh(MeshConfig(ici_mesh_shape=(1, 2, 2), dcn_mesh_shape=(2, 1, 1)))
+    assert dict(mesh.shape) == {"replica": 2, "data": 2, "mdl": 2}
 
 
 def test_mesh_that_does_not_fit_is_a_usage_error():
-  with pytest.raises(UsageError, match=r'needs 16 devices but 8 cpu device\(s\).*'
-                     r'xla_force_host_platform_device_count=16.*ICI_MESH_SHAPE=\[1,8,1\]'):
-    _mesh((1, 16, 1))
-  with pytest.raises(UsageError, match='must each have 3 entries'):
-    _mesh((8, 1))
+    with pytest.raises(
+        UsageError,
+        match=r"needs 16 devices but 8 cpu device\(s\).*"
+        r"xla_force_host_platform_device_count=16.*ICI_MESH_SHAPE=\[1,8,1\]",
+    ):
+        _mesh((1, 16, 1))
+    with pytest.raises(UsageError, match="must each have 3 entries"):
+        _mesh((8, 1))
 
 
 def test_logical_rules_split_weights_over_data_and_mdl():
-  mesh = _mesh((1, 2, 4))
-  assert sharding.logical_sharding(('embed', 'mlp'), (64, 128), mesh).spec == P('data', 'mdl')
-  assert sharding.logical_sharding(('mlp', 'embed'), (128, 64), mesh).spec == P('mdl', 'data')
-  assert sharding.logical_sharding(('vocab', 'embed'), (256, 64), mesh).spec == P('mdl', 'data')
-  # The batch goes over (replica, data); a size-1 replica axis drops out of the spec.
-  assert sharding.logical_sharding(('batch', 'length'), (16, 32), mesh).spec == P('data', None)
-  assert sharding.logical_sharding(('batch',), (16,), _mesh((2, 2, 2))).spec == \
-      P(('replica', 'data'))
+    mesh = _mesh((1, 2, 4))
+    assert sharding.logical_sharding(("embed", "mlp"), (64, 128), mesh).spec == P("data", "mdl")
+    assert sharding.logical_sharding(("mlp", "embed"), (128, 64), mesh).spec == P("mdl", "data")
+    assert sharding.logical_sharding(("vocab", "embed"), (256, 64), mesh).spec == P("mdl", "data")
+    # The batch goes over (replica, data); a size-1 replica axis drops out of the spec.
+    assert sharding.logical_sharding(("batch", "length"), (16, 32), mesh).spec == P("data", None)
+    assert sharding.logical_sharding(("batch",), (16,), _mesh((2, 2, 2))).spec == P(
+        ("replica", "data")
+    )
 
 
 def test_indivisible_dimension_stays_unsplit():
-  mesh = _mesh((1, 2, 4))
-  # GPT-3's vocabulary does not split 4 ways.
-  assert sharding.logical_sharding(('vocab', 'embed'), (50257, 64), mesh).spec == P(None, 'data')
+    mesh = _mesh((1, 2, 4))
+    # GPT-3's vocabulary does not split 4 ways.
+    assert sharding.logical_sharding(("vocab", "embed"), (50257, 64), mesh).spec == P(None, "data")
 
 
 def test_train_state_placement_on_a_2d_mesh():
-  mesh = _mesh((1, 2, 4))
-  task = derive(Tiny, ICI_MESH_SHAPE=(1, 2, 4))().task()
-  model = TransformerLm(task.model, mesh=mesh)
-  tx, _ = optimizers.build(task.optimizer)
-  abstract, shardings = state_lib.shardings(model, tx, mesh)
-  qkv = shardings['params']['layers']['attention']['qkv']
-  assert qkv.spec == P(None, 'data', None, 'mdl', None)
-  wi = shardings['params']['layers']['ffn']['wi']
-  assert wi.spec == P(None, 'data', 'mdl')
-  # Adam's moments are placed like their parameters; the step count is replicated.
-  adam = shardings['opt_state'].inner_state[1]  # apply_if_finite(chain(clip, adam, ...))
-  assert adam.mu['layers']['ffn']['wi'].spec == P(None, 'data', 'mdl')
-  assert shardings['step'].spec == P()
-  state = state_lib.initialize(model, tx, shardings, seed=0)
-  assert state['params']['layers']['ffn']['wi'].sharding.spec == P(None, 'data', 'mdl')
-  shard_shape = state['params']['layers']['ffn']['wi'].addressable_shards[0].data.shape
-  assert shard_shape == (2, 32, 32)
+    mesh = _mesh((1, 2, 4))
+    task = derive(Tiny, ICI_MESH_SHAPE=(1, 2, 4))().task()
+    model = TransformerLm(task.model, mesh=mesh)
+    tx, _ = optimizers.build(task.optimizer)
+    abstract, shardings = state_lib.shardings(model, tx, mesh)
+    qkv = shardings["params"]["layers"]["attention"]["qkv"]
+    assert qkv.spec == P(None, "data", None, "mdl", None)
+    wi = shardings["params"]["layers"]["ffn"]["wi"]
+    assert wi.spec == P(None, "data", "mdl")
+    # Adam's moments are placed like their parameters; the step count is replicated.
+    adam = shardings["opt_state"].inner_state[1]  # apply_if_finite(chain(clip, adam, ...))
+    assert adam.mu["layers"]["ffn"]["wi"].spec == P(None, "data", "mdl")
+    assert shardings["step"].spec == P()
+    state = state_lib.initialize(model, tx, shardings, seed=0)
+    assert state["params"]["layers"]["ffn"]["wi"].sharding.spec == P(None, "data", "mdl")
+    shard_shape = state["params"]["layers"]["ffn"]["wi"].addressable_shards[0].data.shape
+    assert shard_shape == (2, 32, 32)

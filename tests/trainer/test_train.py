@@ -1,4 +1,5 @@
 """End to end on virtual CPU devices: losses across meshes, resume, job directory contents."""
+
 import glob
 import json
 import math
@@ -11,92 +12,109 @@ import pytest
 from pax.train import loop
 from tests.trainer.helpers import Tiny, derive, read_metrics, read_scalars
 
-NAME = 'tests.Tiny'
+NAME = "tests.Tiny"
 
 
 def _train(job_dir, experiment_cls, devices=None):
-  run = loop.prepare(experiment_cls(), devices=devices)
-  loop.train(run, str(job_dir), NAME)
-  return read_metrics(job_dir)
+    run = loop.prepare(experiment_cls(), devices=devices)
+    loop.train(run, str(job_dir), NAME)
+    return read_metrics(job_dir)
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def reference_run(tmp_path_factory):
-  """6 steps of Tiny on one device, global batch 8."""
-  job_dir = tmp_path_factory.mktemp('one_device')
-  return job_dir, _train(job_dir, Tiny, devices=jax.devices()[:1])
+    """6 steps of Tiny on one device, global batch 8."""
+    job_dir = tmp_path_factory.mktemp("one_device")
+    return job_dir, _train(job_dir, Tiny, devices=jax.devices()[:1])
 
 
-@pytest.mark.parametrize('mesh', [(1, 8, 1), (1, 2, 4), (2, 2, 2)])
+@pytest.mark.parametrize("mesh", [(1, 8, 1), (1, 2, 4), (2, 2, 2)])
 def test_losses_match_across_meshes(reference_run, tmp_path, mesh):
-  _, expected = reference_run
-  # Same global batch (8) spread over 8 devices.
-  metrics = _train(tmp_path, derive(Tiny, ICI_MESH_SHAPE=mesh, PERCORE_BATCH_SIZE=1))
-  # Different reduction orders across shards: agree to 1e-4 relative.
-  np.testing.assert_allclose([m['loss'] for m in metrics], [m['loss'] for m in expected],
-                             rtol=1e-4)
-  np.testing.assert_allclose([m['grad_norm'] for m in metrics],
-                             [m['grad_norm'] for m in expected], rtol=1e-3)
+    _, expected = reference_run
+    # Same global batch (8) spread over 8 devices.
+    metrics = _train(tmp_path, derive(Tiny, ICI_MESH_SHAPE=mesh, PERCORE_BATCH_SIZE=1))
+    # Different reduction orders across shards: agree to 1e-4 relative.
+    np.testing.assert_allclose(
+        [m["loss"] for m in metrics], [m["loss"] for m in expected], rtol=1e-4
+    )
+    np.testing.assert_allclose(
+        [m["grad_norm"] for m in metrics], [m["grad_norm"] for m in expected], rtol=1e-3
+    )
 
 
 def test_resume_continues_exactly(reference_run, tmp_path):
-  _, expected = reference_run
-  one = jax.devices()[:1]
-  _train(tmp_path, derive(Tiny, NUM_TRAIN_STEPS=3), devices=one)
-  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['checkpoint_00000003']
-  resumed = _train(tmp_path, Tiny, devices=one)
-  # The rerun starts at step 4; the restored state and the step-indexed data make it exact.
-  steps = [m['step'] for m in resumed]
-  assert steps == [1, 2, 3, 4, 5, 6]
-  np.testing.assert_allclose([m['loss'] for m in resumed[3:]],
-                             [m['loss'] for m in expected[3:]], rtol=1e-6)
+    _, expected = reference_run
+    one = jax.devices()[:1]
+    _train(tmp_path, derive(Tiny, NUM_TRAIN_STEPS=3), devices=one)
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["checkpoint_00000003"]
+    resumed = _train(tmp_path, Tiny, devices=one)
+    # The rerun starts at step 4; the restored state and the step-indexed data make it exact.
+    steps = [m["step"] for m in resumed]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    np.testing.assert_allclose(
+        [m["loss"] for m in resumed[3:]], [m["loss"] for m in expected[3:]], rtol=1e-6
+    )
 
 
 def test_rerun_of_a_finished_job_trains_no_more(reference_run, tmp_path):
-  one = jax.devices()[:1]
-  _train(tmp_path, derive(Tiny, NUM_TRAIN_STEPS=3), devices=one)
-  again = _train(tmp_path, derive(Tiny, NUM_TRAIN_STEPS=3), devices=one)
-  assert [m['step'] for m in again] == [1, 2, 3]
+    one = jax.devices()[:1]
+    _train(tmp_path, derive(Tiny, NUM_TRAIN_STEPS=3), devices=one)
+    again = _train(tmp_path, derive(Tiny, NUM_TRAIN_STEPS=3), devices=one)
+    assert [m["step"] for m in again] == [1, 2, 3]
 
 
 def test_job_directory_layout_and_contents(reference_run):
-  job_dir, metrics = reference_run
-  assert sorted(os.listdir(job_dir / 'checkpoints')) == ['checkpoint_00000003',
-                                                         'checkpoint_00000006']
-  assert [m['step'] for m in metrics] == [1, 2, 3, 4, 5, 6]
-  for m in metrics:
-    for key in ('loss', 'log_pplx', 'learning_rate', 'grad_norm', 'step_time_s',
-                'tokens_per_s', 'mfu'):
-      assert key in m
-  assert metrics[-1]['loss'] < metrics[0]['loss']
-  assert 0 < metrics[-1]['mfu'] < 1
-  evals = read_metrics(job_dir, 'eval_test_embedded')
-  assert [e['step'] for e in evals] == [3, 6]
+    job_dir, metrics = reference_run
+    assert sorted(os.listdir(job_dir / "checkpoints")) == [
+        "checkpoint_00000003",
+        "checkpoint_00000006",
+    ]
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5, 6]
+    for m in metrics:
+        for key in (
+            "loss",
+            "log_pplx",
+            "learning_rate",
+            "grad_norm",
+            "step_time_s",
+            "tokens_per_s",
+            "mfu",
+        ):
+            assert key in m
+    assert metrics[-1]["loss"] < metrics[0]["loss"]
+    assert 0 < metrics[-1]["mfu"] < 1
+    evals = read_metrics(job_dir, "eval_test_embedded")
+    assert [e["step"] for e in evals] == [3, 6]
 
-  train_events = glob.glob(str(job_dir / 'summaries/train/events.out.tfevents.*'))
-  assert len(train_events) == 1
-  scalars = read_scalars(train_events[0])
-  assert [s for s, _ in scalars['loss']] == [1, 2, 3, 4, 5, 6]
-  np.testing.assert_allclose([v for _, v in scalars['loss']], [m['loss'] for m in metrics],
-                             rtol=1e-6)
-  eval_events = glob.glob(str(job_dir / 'summaries/eval_test_embedded/events.out.tfevents.*'))
-  assert [s for s, _ in read_scalars(eval_events[0])['loss']] == [3, 6]
+    train_events = glob.glob(str(job_dir / "summaries/train/events.out.tfevents.*"))
+    assert len(train_events) == 1
+    scalars = read_scalars(train_events[0])
+    assert [s for s, _ in scalars["loss"]] == [1, 2, 3, 4, 5, 6]
+    np.testing.assert_allclose(
+        [v for _, v in scalars["loss"]], [m["loss"] for m in metrics], rtol=1e-6
+    )
+    eval_events = glob.glob(str(job_dir / "summaries/eval_test_embedded/events.out.tfevents.*"))
+    assert [s for s, _ in read_scalars(eval_events[0])["loss"]] == [3, 6]
 
-  config = json.loads((job_dir / 'config.json').read_text())
-  assert config['experiment'] == NAME
-  assert config['task']['model']['num_layers'] == 2
-  manifest = json.loads((job_dir / 'manifest.json').read_text())
-  assert manifest['headline_packages']['jax'] == jax.__version__
-  assert manifest['devices'] == {'platform': 'cpu', 'device_kind': 'cpu', 'count': 1,
-                                 'process_count': 1}
-  assert manifest['mesh'] == {'replica': 1, 'data': 1, 'mdl': 1}
-  assert manifest['peak_flops']['flops'] > 1e9
+    config = json.loads((job_dir / "config.json").read_text())
+    assert config["experiment"] == NAME
+    assert config["task"]["model"]["num_layers"] == 2
+    manifest = json.loads((job_dir / "manifest.json").read_text())
+    assert manifest["headline_packages"]["jax"] == jax.__version__
+    assert manifest["devices"] == {
+        "platform": "cpu",
+        "device_kind": "cpu",
+        "count": 1,
+        "process_count": 1,
+    }
+    assert manifest["mesh"] == {"replica": 1, "data": 1, "mdl": 1}
+    assert manifest["peak_flops"]["flops"] > 1e9
 
 
 def test_eval_mode_reads_the_newest_checkpoint(reference_run):
-  job_dir, _ = reference_run
-  run = loop.prepare(Tiny(), devices=jax.devices()[:1])
-  results = loop.evaluate(run, str(job_dir), NAME)
-  last_eval = read_metrics(job_dir, 'eval_test_embedded')[-2]  # written by training at step 6
-  assert last_eval['step'] == 6
-  assert math.isclose(results['eval_test_embedded']['loss'], last_eval['loss'], rel_tol=1e-5)
+    job_dir, _ = reference_run
+    run = loop.prepare(Tiny(), devices=jax.devices()[:1])
+    results = loop.evaluate(run, str(job_dir), NAME)
+    last_eval = read_metrics(job_dir, "eval_test_embedded")[-2]  # written by training at step 6
+    assert last_eval["step"] == 6
+    assert math.isclose(results["eval_test_embedded"]["loss"], last_eval["loss"], rel_tol=1e-5)

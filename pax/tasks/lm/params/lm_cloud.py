@@ -1,89 +1,94 @@
 """Pax's lm_cloud experiments (synthetic data), and a tiny one that trains on a laptop CPU."""
+
 from pax.experiments.base import BaseExperiment
 from pax.experiments.registry import register
 
 
 @register
 class LmCloudTransformerAdam(BaseExperiment):
-  """Pax's pmap Transformer: no mesh shape, so data-parallel over every device."""
-  NUM_LAYERS = 10
-  MODEL_DIMS = 1024
-  HIDDEN_DIMS = 4096
-  NUM_HEADS = 16
-  SEQ_LEN = 1024
-  PERCORE_BATCH_SIZE = 16
-  ACTIVATION = 'relu'
-  LEARNING_RATE = 1e-3
-  WEIGHT_DECAY = 1e-3
-  ICI_MESH_SHAPE = None
-  # Not Pax's: without remat, 256 queries at a time take the per-device plan from 61 to 21 GiB.
-  ATTENTION_QUERY_CHUNK = 256
+    """Pax's pmap Transformer: no mesh shape, so data-parallel over every device."""
+
+    NUM_LAYERS = 10
+    MODEL_DIMS = 1024
+    HIDDEN_DIMS = 4096
+    NUM_HEADS = 16
+    SEQ_LEN = 1024
+    PERCORE_BATCH_SIZE = 16
+    ACTIVATION = "relu"
+    LEARNING_RATE = 1e-3
+    WEIGHT_DECAY = 1e-3
+    ICI_MESH_SHAPE = None
+    # Not Pax's: without remat, 256 queries at a time take the per-device plan from 61 to 21 GiB.
+    ATTENTION_QUERY_CHUNK = 256
 
 
 @register
 class LmCloudTransformerAdamLimitSteps(LmCloudTransformerAdam):
-  NUM_TRAIN_STEPS = 2000
-  CHECKPOINT_EVERY_N_STEPS = 1000
+    NUM_TRAIN_STEPS = 2000
+    CHECKPOINT_EVERY_N_STEPS = 1000
 
 
 @register
 class LmCloudSpmd(BaseExperiment):
-  """Base of Pax's SPMD lm_cloud experiments: 4-way data-parallel mesh, GELU."""
-  ACTIVATION = 'gelu'
-  ICI_MESH_SHAPE = (1, 4, 1)
-  LEARNING_RATE = 2.5e-4
-  WEIGHT_DECAY = 1e-3
+    """Base of Pax's SPMD lm_cloud experiments: 4-way data-parallel mesh, GELU."""
+
+    ACTIVATION = "gelu"
+    ICI_MESH_SHAPE = (1, 4, 1)
+    LEARNING_RATE = 2.5e-4
+    WEIGHT_DECAY = 1e-3
 
 
 @register
 class LmCloudSpmd2B(LmCloudSpmd):
-  NUM_LAYERS = 18
-  MODEL_DIMS = 3072
-  HIDDEN_DIMS = 12288
-  NUM_HEADS = 24
-  DIMS_PER_HEAD = 128
-  SEQ_LEN = 1024
-  PERCORE_BATCH_SIZE = 8
-  FPROP_DTYPE = 'bfloat16'
-  USE_REPEATED_LAYER = True
-  REMAT_POLICY = 'full'  # Pax's SAVE_NOTHING
+    NUM_LAYERS = 18
+    MODEL_DIMS = 3072
+    HIDDEN_DIMS = 12288
+    NUM_HEADS = 24
+    DIMS_PER_HEAD = 128
+    SEQ_LEN = 1024
+    PERCORE_BATCH_SIZE = 8
+    FPROP_DTYPE = "bfloat16"
+    USE_REPEATED_LAYER = True
+    REMAT_POLICY = "full"  # Pax's SAVE_NOTHING
 
 
 @register
 class LmCloudSpmd2BLimitSteps(LmCloudSpmd2B):
-  NUM_TRAIN_STEPS = 300
-  CHECKPOINT_EVERY_N_STEPS = 300
+    NUM_TRAIN_STEPS = 300
+    CHECKPOINT_EVERY_N_STEPS = 300
 
 
 @register
 class LmCloudSpmdTiny(LmCloudSpmd):
-  """The reference run for a CPU: a byte-level LM on the text CPython ships (pydoc topics).
+    """The reference run for a CPU: a byte-level LM on the text CPython ships (pydoc topics).
 
-  About two minutes on 2 CPU cores; the loss falls from ln(256) ≈ 5.5 to well below the
-  unigram entropy of the corpus's bytes (3.26 nats).
-  """
-  VOCAB_SIZE = 256
-  NUM_LAYERS = 4
-  MODEL_DIMS = 256
-  HIDDEN_DIMS = 1024
-  NUM_HEADS = 4
-  SEQ_LEN = 128
-  PERCORE_BATCH_SIZE = 16
-  ICI_MESH_SHAPE = (1, 1, 1)
-  FPROP_DTYPE = 'float32'
-  LEARNING_RATE = 3e-3
-  LR_SCHEDULE = 'linear_rampup_cosine_decay'
-  LR_WARMUP_STEPS = 20
-  LR_DECAY_START = 20
-  LR_DECAY_END = 150
-  NUM_TRAIN_STEPS = 150
-  SUMMARY_EVERY_N_STEPS = 10
-  EVAL_EVERY_N_STEPS = 50
-  CHECKPOINT_EVERY_N_STEPS = 50
-  DATA_SOURCE = 'embedded'
+    About two minutes on 2 CPU cores; the loss falls from ln(256) ≈ 5.5 to well below the
+    unigram entropy of the corpus's bytes (3.26 nats).
+    """
+
+    VOCAB_SIZE = 256
+    NUM_LAYERS = 4
+    MODEL_DIMS = 256
+    HIDDEN_DIMS = 1024
+    NUM_HEADS = 4
+    SEQ_LEN = 128
+    PERCORE_BATCH_SIZE = 16
+    ICI_MESH_SHAPE = (1, 1, 1)
+    FPROP_DTYPE = "float32"
+    LEARNING_RATE = 3e-3
+    LR_SCHEDULE = "linear_rampup_cosine_decay"
+    LR_WARMUP_STEPS = 20
+    LR_DECAY_START = 20
+    LR_DECAY_END = 150
+    NUM_TRAIN_STEPS = 150
+    SUMMARY_EVERY_N_STEPS = 10
+    EVAL_EVERY_N_STEPS = 50
+    CHECKPOINT_EVERY_N_STEPS = 50
+    DATA_SOURCE = "embedded"
 
 
 @register
 class LmCloudSpmdTinyFp8(LmCloudSpmdTiny):
-  """The CPU reference run with USE_FP8 (XLA emulates FP8 on CPU)."""
-  USE_FP8 = True
+    """The CPU reference run with USE_FP8 (XLA emulates FP8 on CPU)."""
+
+    USE_FP8 = True

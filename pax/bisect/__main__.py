@@ -1,0 +1,5 @@
+import sys
+
+from pax.bisect.cli import main
+
+sys.exit(main())

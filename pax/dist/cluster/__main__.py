@@ -1,5 +1,0 @@
-import sys
-
-from pax.dist.cluster import main
-
-sys.exit(main())

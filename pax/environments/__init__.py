@@ -1,0 +1,2 @@
+"""Python environments built from a lock: pip, the pinned `.venv/pax-<release>-<platform>`
+envs, a hash-checked wheel cache and package-index reading. No jax."""

@@ -1,0 +1,114 @@
+"""What a package index publishes: one package's versions and the sha256 of their wheels.
+
+Reads the same places pip reads (standard library only):
+
+  a PEP 503 simple index     GET <index-url>/<name>/ and its `<a href=...#sha256=...>` links
+  a find-links folder        its *.whl files (hashed here)
+  a find-links page          an HTML page of links, as a simple index page
+
+Only wheels count (the bisect installs `--only-binary :all:`); yanked files (PEP 592) are left
+out, as pip leaves them out unless pinned.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from pax.releases import lockfile
+
+PYPI_SIMPLE = "https://pypi.org/simple/"
+
+
+class IndexUnreadable(RuntimeError):
+    """The index could not be read; the message names it."""
+
+
+class _Links(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "a" and attrs.get("href"):
+            self.links.append((attrs["href"], attrs))
+
+
+def wheel_version(filename: str, name: str) -> str | None:
+    """The version of `name` that a wheel filename carries, or None for other files."""
+    if not filename.endswith(".whl"):
+        return None
+    parts = filename[:-4].split("-")
+    if len(parts) < 5 or lockfile.canonicalize(parts[0]) != name:
+        return None
+    return parts[1]
+
+
+def _read(url: str, timeout: float) -> str:
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme == "file":  # a file:// index is a folder tree with index.html pages
+        path = Path(urllib.request.url2pathname(parsed.path))
+        if path.is_dir():
+            path = path / "index.html"
+        return path.read_text(errors="replace") if path.is_file() else ""
+    request = urllib.request.Request(url, headers={"Accept": "text/html"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as err:
+        if err.code == 404:  # the index does not carry the package
+            return ""
+        raise IndexUnreadable(f"{url}: HTTP {err.code}") from err
+    except (urllib.error.URLError, OSError) as err:
+        raise IndexUnreadable(f"{url}: {getattr(err, 'reason', err)}") from err
+
+
+def _page_wheels(text: str, name: str) -> list[tuple[str, str | None]]:
+    """(version, sha256 or None) for each wheel of `name` a page links to, yanked ones left out."""
+    parser = _Links()
+    parser.feed(text)
+    wheels = []
+    for href, attrs in parser.links:
+        if "data-yanked" in attrs:
+            continue
+        path, _, fragment = href.partition("#")
+        version = wheel_version(urllib.parse.unquote(path.rsplit("/", 1)[-1]), name)
+        if version is not None:
+            digest = dict(p.split("=", 1) for p in fragment.split("&") if "=" in p).get("sha256")
+            wheels.append((version, digest))
+    return wheels
+
+
+def published(
+    name: str,
+    index_url: str | None = None,
+    find_links: list[str] = (),
+    no_index: bool = False,
+    timeout: float = 30.0,
+) -> dict[str, tuple[str, ...]]:
+    """version -> `sha256:` hashes of its wheels; () when some wheel of it has no published hash."""
+    name = lockfile.canonicalize(name)
+    wheels: list[tuple[str, str | None]] = []
+    for place in find_links:
+        if "://" in place:
+            wheels += _page_wheels(_read(place, timeout), name)
+            continue
+        for path in sorted(Path(place).glob("*.whl")):
+            version = wheel_version(path.name, name)
+            if version is not None:
+                wheels.append((version, lockfile.sha256_file(path)))
+    if not no_index:
+        base = index_url or os.environ.get("PIP_INDEX_URL") or PYPI_SIMPLE
+        wheels += _page_wheels(_read(f"{base.rstrip('/')}/{name}/", timeout), name)
+    hashes: dict[str, set[str | None]] = {}
+    for version, digest in wheels:
+        hashes.setdefault(version, set()).add(digest)
+    # An unhashed wheel leaves the version unhashed: pip might pick exactly that file.
+    return {
+        v: () if None in h else tuple(sorted(f"sha256:{d}" for d in h)) for v, h in hashes.items()
+    }

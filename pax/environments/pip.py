@@ -1,0 +1,126 @@
+"""pip as this project runs it: an interpreter that has pip, an environment with machine-local
+pip settings removed, and what an interpreter's environment has installed."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from pax.releases.catalog import REPO_ROOT
+
+# Machine-local pip settings (extra indexes, find-links, constraint files) must not leak into a
+# pinned install or a lock; pip's own default index (or PIP_INDEX_URL, if a user sets a mirror)
+# is used, and the hashes decide what is acceptable.
+_PIP_ENV_DROP = (
+    "PIP_FIND_LINKS",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_CONSTRAINT",
+    "PIP_REQUIREMENT",
+    "PIP_NO_INDEX",
+    "PIP_USER",
+    "PIP_TARGET",
+    "PIP_PREFIX",
+    "PYTHONPATH",
+)
+
+
+def pip_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    for key in _PIP_ENV_DROP:
+        env.pop(key, None)
+    env["PIP_CONFIG_FILE"] = os.devnull
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+@functools.cache
+def pip_python() -> str:
+    """An interpreter that has pip: this one, the tools venv's, a python3 on PATH or the base
+    one; else a small venv made once with the base interpreter's ensurepip (a pax image's
+    runtime venv, like Debian's python3, has no pip; its base python has ensurepip)."""
+    if importlib.util.find_spec("pip") is not None:
+        return sys.executable
+    tools = REPO_ROOT / ".tools" / "venv" / "bin" / "python"
+    if tools.exists():
+        return str(tools)
+
+    def has_pip(python) -> bool:
+        return subprocess.run([python, "-c", "import pip"], capture_output=True).returncode == 0
+
+    for found in (shutil.which("python3.11"), shutil.which("python3"), base_python()):
+        if found and has_pip(found):
+            return found
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pax"
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a home that is not ours (a container run with --user UID): a private one
+        home = Path(tempfile.mkdtemp(prefix="pax-pip-"))
+    venv = home / "pip-venv"
+    python = str(venv / "bin" / "python")
+    if not (Path(python).exists() and has_pip(python)):
+        shutil.rmtree(venv, ignore_errors=True)
+        made = subprocess.run(
+            [base_python(), "-m", "venv", str(venv)], capture_output=True, text=True
+        )
+        if made.returncode != 0:
+            shutil.rmtree(venv, ignore_errors=True)
+            raise RuntimeError(
+                "no pip found, and `python3 -m venv` cannot make one ("
+                + (_last_line(made.stderr + made.stdout) or "ensurepip failed")
+                + "): run through ./noxw, or install python3-venv"
+            )
+    return python
+
+
+@functools.cache
+def pip_runner() -> str | None:
+    """pip's `__pip-runner__.py`: any interpreter runs pip with it, seeing only pip on its path.
+
+    That is what `pip --python` does after starting pip once in its own interpreter; calling
+    it straight away halves the cost of each pip command in a candidate venv.
+    """
+    python = pip_python()
+    if python == sys.executable:
+        spec = importlib.util.find_spec("pip")
+        where = list(spec.submodule_search_locations or []) if spec else []
+        folder = where[0] if where else ""
+    else:
+        folder = subprocess.run(
+            [python, "-c", "import os, pip; print(os.path.dirname(pip.__file__))"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    runner = Path(folder) / "__pip-runner__.py" if folder else None
+    return str(runner) if runner and runner.is_file() else None
+
+
+def base_python() -> str:
+    """The interpreter new venvs are made from (the real one under any venv)."""
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+_LIST_INSTALLED = (
+    "import importlib.metadata as m, json, re\n"
+    "print(json.dumps({re.sub(r'[-_.]+', '-', d.metadata['Name']).lower(): d.version"
+    " for d in m.distributions()}))"
+)
+
+
+def installed_versions(python: Path) -> dict[str, str]:
+    """What the interpreter's environment holds (site-packages only, isolated from the caller)."""
+    out = subprocess.run(
+        [str(python), "-I", "-c", _LIST_INSTALLED], check=True, capture_output=True, text=True
+    ).stdout
+    return json.loads(out)
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""

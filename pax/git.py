@@ -1,0 +1,39 @@
+"""The one way this project runs git: the trainer's manifest, image labels, release cuts and
+lock diffs all ask through here. Standard library only, so every layer may import it."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class GitError(RuntimeError):
+    """git is missing or refused; the message is git's last line."""
+
+
+def run(*args: str, root: Path | str | None = None, timeout: float = 60) -> str:
+    """stdout of `git ARGS` in `root` (default: this checkout); GitError when it fails."""
+    try:
+        proc = subprocess.run(
+            ["git", *args], cwd=root or REPO_ROOT, capture_output=True, text=True, timeout=timeout
+        )
+    except FileNotFoundError:
+        raise GitError("git is not installed") from None
+    except (OSError, subprocess.SubprocessError) as err:
+        raise GitError(f"git {args[0]}: {err}") from None
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        raise GitError(lines[-1] if lines else f"git {args[0]} exited {proc.returncode}")
+    return proc.stdout
+
+
+def revision(root: Path | str | None = None) -> str | None:
+    """HEAD's sha, with `-dirty` when tracked files changed; None outside a git checkout."""
+    try:
+        head = run("rev-parse", "HEAD", root=root).strip()
+        dirty = run("status", "--porcelain", "--untracked-files=no", root=root).strip()
+    except GitError:
+        return None
+    return head + ("-dirty" if dirty else "")

@@ -1,0 +1,5 @@
+import sys
+
+from pax.images.cli import main
+
+sys.exit(main())

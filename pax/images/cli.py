@@ -1,0 +1,95 @@
+"""Host side of the container images: wheelhouse, build, smoke test, publish.
+
+Stdlib only (runs in nox's tools venv, imports no jax). The image recipe is in
+Dockerfile.tpu / Dockerfile.gpu; this module prepares what they consume and checks what
+they produce:
+
+  wheelhouse  pip download exactly the release's lockfile (hash-checked, binary only,
+              for Linux x86_64 CPython 3.11) into wheelhouse/<release>-<platform>/
+  build       pax wheel + staged build context -> `docker build --network none` under a
+              temporary tag; `pax:<release>-<platform>` is tagged only when the build
+              (including pip's hash check, pip check and the lock comparison) succeeded
+  smoke       run the image offline on the tiny experiment and check the job directory
+  publish     push to HOST:PORT, move latest-<platform>, pull back by digest, re-verify
+
+    python -m pax.images build 1.4.0 tpu
+    python -m pax.images smoke 1.4.0 tpu
+    python -m pax.images publish 1.4.0 tpu --registry 127.0.0.1:5000
+
+Errors are one line (`pax images: error: ...`), exit 2 for usage errors, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+from pax.images.build import DEFAULT_BASE_IMAGE, build
+from pax.images.engine import ImageError
+from pax.images.publish import publish
+from pax.images.smoke import SMOKE_STEPS, smoke
+from pax.images.wheelhouse import prepare_wheelhouse
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pax.images", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("wheelhouse", "build", "smoke", "publish"):
+        s = sub.add_parser(name)
+        s.add_argument("release")
+        s.add_argument("platform")
+        if name == "build":
+            s.add_argument(
+                "--base-image",
+                default=os.environ.get("PAX_BASE_IMAGE", DEFAULT_BASE_IMAGE),
+                help=f"default {DEFAULT_BASE_IMAGE} (ci/base-image.sh); or e.g. "
+                f"python:3.11-slim-bookworm",
+            )
+            s.add_argument("--tag", help="default pax:RELEASE-PLATFORM")
+            s.add_argument("--wheelhouse", type=Path, help="default wheelhouse/RELEASE-PLATFORM")
+        if name == "smoke":
+            s.add_argument("--image", help="default pax:RELEASE-PLATFORM")
+            s.add_argument("--steps", type=int, default=SMOKE_STEPS)
+            s.add_argument("--keep", type=Path, help="keep the job directory here")
+        if name == "publish":
+            s.add_argument("--registry", required=True, help="HOST:PORT, e.g. 127.0.0.1:5000")
+            s.add_argument("--image", help="default pax:RELEASE-PLATFORM")
+    return p
+
+
+def run(argv: list[str], log=sys.stderr) -> object:
+    """Parse and run one command; raises ImageError (argparse exits 2 on malformed arguments)."""
+    a = parser().parse_args(argv)
+    if a.cmd == "wheelhouse":
+        return prepare_wheelhouse(a.release, a.platform, log=log)
+    if a.cmd == "build":
+        return build(
+            a.release,
+            a.platform,
+            base_image=a.base_image,
+            tag=a.tag,
+            wheelhouse=a.wheelhouse,
+            log=log,
+        )
+    if a.cmd == "smoke":
+        return smoke(a.release, a.platform, image=a.image, steps=a.steps, keep=a.keep, log=log)
+    return publish(a.release, a.platform, a.registry, image=a.image, log=log)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    try:
+        result = run(sys.argv[1:] if argv is None else argv)
+    except ImageError as e:
+        print(f"pax images: error: {e}", file=sys.stderr)
+        return 2 if e.usage else 1
+    except RuntimeError as e:  # no pip to download or build wheels with (pax.environments.pip)
+        print(f"pax images: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    print(json.dumps(result) if isinstance(result, dict) else result)
+    return 0

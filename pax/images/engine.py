@@ -1,0 +1,72 @@
+"""The Docker engine as the image code sees it: one `docker` call with one-line errors, image
+lookups, and the in-image environment check."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Optional
+
+IMAGE_REPO = os.environ.get("PAX_IMAGE_REPO", "pax")
+LOCK_IN_IMAGE = "/opt/pax/lock.txt"
+
+
+class ImageError(Exception):
+    """One-line failure; `usage` marks bad input (exit 2)."""
+
+    def __init__(self, message: str, usage: bool = False):
+        super().__init__(message)
+        self.usage = usage
+
+
+def docker(
+    *args: str, check: bool = True, capture: bool = True, timeout: Optional[float] = None
+) -> subprocess.CompletedProcess:
+    try:
+        r = subprocess.run(["docker", *args], capture_output=capture, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise ImageError(
+            "no docker command on PATH; install a Docker engine or run ci/docker-engine.sh start"
+        ) from None
+    if check and r.returncode != 0:
+        msg = (r.stderr or r.stdout or "").strip().splitlines()
+        raise ImageError(
+            f"docker {args[0]} failed: {msg[-1] if msg else 'exit ' + str(r.returncode)}"
+        )
+    return r
+
+
+def require_engine() -> None:
+    r = docker("info", "--format", "{{.ServerVersion}}", check=False)
+    if r.returncode != 0 or not r.stdout.strip():
+        raise ImageError(
+            "no Docker engine answers (docker info failed); start one with "
+            "ci/docker-engine.sh start"
+        )
+
+
+def image_exists(ref: str) -> bool:
+    return docker("image", "inspect", ref, check=False).returncode == 0
+
+
+def image_ref(release: str, platform: str) -> str:
+    return f"{IMAGE_REPO}:{release}-{platform}"
+
+
+def verify_in_image(image: str) -> str:
+    """Run the image's own environment check (installed set == baked-in lock)."""
+    r = docker(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--entrypoint",
+        "python",
+        image,
+        "/opt/pax/verify_image_env.py",
+        check=False,
+    )
+    if r.returncode != 0:
+        lines = (r.stdout + r.stderr).strip().splitlines()
+        raise ImageError(f"in-image verification of {image} failed: {lines[-1] if lines else ''}")
+    return r.stdout.strip()

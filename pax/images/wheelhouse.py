@@ -1,0 +1,174 @@
+"""The wheelhouse: exactly a release lock's wheels, for the image's Linux x86_64 CPython 3.11,
+downloaded hash-checked into wheelhouse/<release>-<platform>/ and checked before every build."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Optional
+
+from pax.environments import pip
+from pax.images.engine import ImageError
+from pax.releases import catalog, lockfile
+
+# Linux x86_64, glibc 2.36 (bookworm, the base of both pax-base and python:3.11-slim-bookworm).
+# pip does not expand a manylinux_2_N --platform to older tags, so every compatible tag is listed.
+GLIBC_MINOR = 36
+WHEEL_PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(GLIBC_MINOR, 16, -1)] + [
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+]
+PYTHON_VERSION = "3.11"
+HASH_MISMATCH_MARKERS = ("DO NOT MATCH THE HASHES", "THESE PACKAGES DO NOT MATCH")
+
+
+def _repo_root() -> Path:
+    """Where releases/ lives; PAX_RELEASES_DIR points elsewhere (tests)."""
+    override = os.environ.get("PAX_RELEASES_DIR")
+    return Path(override).parent if override else catalog.REPO_ROOT
+
+
+def lock_path(release: str, platform: str) -> Path:
+    """The release's lockfile for an image platform, or a one-line usage error."""
+    if platform not in catalog.IMAGE_PLATFORMS:
+        raise ImageError(
+            f"unknown image platform {platform!r}: images exist for "
+            f"{', '.join(catalog.IMAGE_PLATFORMS)}",
+            usage=True,
+        )
+    try:
+        rel = catalog.resolve(release, _repo_root())
+    except catalog.UnknownRelease as e:
+        raise ImageError(str(e), usage=True) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ImageError(f"release {release}: release.toml: {e}") from None
+    lock = rel.lockfile(platform)
+    if not lock.is_file():
+        raise ImageError(
+            f"release {release} has no {platform} lockfile ({lock}); create it with "
+            f"./noxw -s lock -- {release}",
+            usage=True,
+        )
+    frozen, actual = rel.recorded_sha256(platform), sha256_file(lock)
+    if frozen and frozen != actual:
+        raise ImageError(
+            f"{lock} has sha256 {actual[:12]}..., but {rel.dir}/release.toml "
+            f"records {frozen[:12]}...; restore the lockfile (releases are frozen)"
+        )
+    return lock
+
+
+sha256_file = lockfile.sha256_file
+normalize = lockfile.canonicalize
+
+
+def parse_lock(path: Path) -> dict[str, tuple[str, set[str]]]:
+    """{canonical name: (version, {sha256 hex})} of a pip-compile --generate-hashes lockfile."""
+    try:
+        pins = lockfile.parse_lockfile(path)
+    except lockfile.LockfileError as e:
+        raise ImageError(str(e)) from None
+    return {
+        name: (
+            pin.version,
+            {h.split(":", 1)[1].lower() for h in pin.hashes if h.lower().startswith("sha256:")},
+        )
+        for name, pin in pins.items()
+    }
+
+
+def wheelhouse_dir(release: str, platform: str) -> Path:
+    base = Path(os.environ.get("PAX_WHEELHOUSE", catalog.REPO_ROOT / "wheelhouse"))
+    return base / f"{release}-{platform}"
+
+
+def _wheel_name(filename: str) -> str:
+    return normalize(filename.split("-", 1)[0])
+
+
+def check_wheelhouse(lock: Path, wheelhouse: Path) -> None:
+    """Every lock entry has exactly one wheel here whose sha256 the lock lists, and nothing else."""
+    entries = parse_lock(lock)
+    wheels = sorted(wheelhouse.glob("*.whl")) if wheelhouse.is_dir() else []
+    by_name: dict[str, list[Path]] = {}
+    for w in wheels:
+        by_name.setdefault(_wheel_name(w.name), []).append(w)
+    missing = sorted(set(entries) - set(by_name))
+    if missing:
+        raise ImageError(
+            f"wheelhouse {wheelhouse} lacks wheels for {', '.join(missing)}; "
+            f"rerun the wheelhouse step"
+        )
+    extra = sorted(set(by_name) - set(entries))
+    if extra:
+        raise ImageError(
+            f"wheelhouse {wheelhouse} holds wheels not in {lock}: {', '.join(extra)}; "
+            f"delete the directory and rerun the wheelhouse step"
+        )
+    for name, files in by_name.items():
+        _, digests = entries[name]
+        if len(files) != 1:
+            raise ImageError(
+                f"wheelhouse {wheelhouse} holds {len(files)} wheels for {name}; "
+                f"delete the directory and rerun the wheelhouse step"
+            )
+        got = sha256_file(files[0])
+        if got not in digests:
+            raise ImageError(
+                f"wheel hash mismatch: {files[0].name} has sha256 {got[:16]}..., not a hash "
+                f"listed in {lock}; the wheelhouse is tampered or corrupt: delete "
+                f"{wheelhouse} and rerun"
+            )
+
+
+def prepare_wheelhouse(
+    release: str, platform: str, dest: Optional[Path] = None, log=sys.stderr
+) -> Path:
+    """pip download the lock's wheels (hash-checked) for the image's interpreter and platform."""
+    lock = lock_path(release, platform)
+    dest = Path(dest) if dest else wheelhouse_dir(release, platform)
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        pip.pip_python(),
+        "-m",
+        "pip",
+        "download",
+        "--only-binary=:all:",
+        "--no-deps",
+        "--require-hashes",
+        "-r",
+        str(lock),
+        "-d",
+        str(dest),
+        "--python-version",
+        PYTHON_VERSION,
+        "--implementation",
+        "cp",
+        "--abi",
+        "cp311",
+        "--abi",
+        "abi3",
+        "--abi",
+        "none",
+        "--progress-bar",
+        "off",
+    ]
+    for tag in WHEEL_PLATFORMS:
+        cmd += ["--platform", tag]
+    print(f"pax images: downloading {release}-{platform} wheels into {dest}", file=log)
+    r = subprocess.run(cmd, env=pip.pip_env(), capture_output=True, text=True)
+    if r.returncode != 0:
+        out = r.stdout + r.stderr
+        if any(m in out for m in HASH_MISMATCH_MARKERS):
+            raise ImageError(
+                f"wheel hash mismatch while downloading {lock}: a file in {dest} or "
+                f"from the index does not match the lock; delete {dest} and rerun"
+            )
+        last = [ln for ln in out.strip().splitlines() if ln.strip()][-1:] or ["(no output)"]
+        raise ImageError(f"pip download for {lock} failed: {last[0].strip()}")
+    check_wheelhouse(lock, dest)
+    return dest

@@ -1,0 +1,5 @@
+import sys
+
+from pax.launch.render import main
+
+sys.exit(main())

@@ -1,0 +1,277 @@
+"""Cluster manifests that start a release's images across hosts: a Kubernetes JobSet for a TPU
+slice (GKE) or a GPU node pool, and a Slurm batch script.
+
+    python -m pax.launch RELEASE tpu|gpu|slurm --exp=NAME [--set K=V ...] [options]
+
+The templates sit beside this file. `{{key}}` is replaced by its value; a list-valued
+placeholder alone on a line becomes one line per item at that indentation (zero items: a blank
+line). The experiment's mesh (read through pax.experiments, which imports no jax) fixes how
+many devices the job needs, and so the host count, which is checked rather than trusted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from pax.errors import UsageError
+from pax.experiments import overrides  # jax-free: classes of numbers
+from pax.experiments import registry as experiments
+from pax.releases import catalog as dist_release
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+# target -> (template, image platform)
+TARGETS = {
+    "tpu": ("jobset-tpu.yaml", "tpu"),
+    "gpu": ("jobset-gpu.yaml", "gpu"),
+    "slurm": ("slurm.sbatch", "gpu"),
+}
+CHIPS_PER_TPU_HOST = 4  # every multi-host TPU VM below: v4, v5p, v5e, v6e
+# Cloud TPU generation (as slice names spell it) -> GKE accelerator label, TensorCores counted
+# per chip in the slice name (v4-64 is 32 chips), topology rank.
+TPU_GENERATIONS = {
+    "v4": ("tpu-v4-podslice", 2, 3),
+    "v5p": ("tpu-v5p-slice", 2, 3),
+    "v5litepod": ("tpu-v5-lite-podslice", 1, 2),
+    "v6e": ("tpu-v6e-slice", 1, 2),
+}
+COORDINATOR_PORT = 8482  # jax's own default for TPU coordinators
+RUNS_MOUNT = "/runs"  # where the JobSets mount the shared volume
+_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_PATH_RE = re.compile(r"[\w./~$-]+")
+_IMAGE_REGISTRY_RE = re.compile(r"[\w.-]+(:\d+)?(/[\w.-]+)*")
+_PLACEHOLDER_RE = re.compile(r"\{\{(\w+)\}\}")
+
+
+def tpu_slice(name: str) -> tuple[str, int, str]:
+    """`v4-64` -> (GKE accelerator, chips, topology): ('tpu-v4-podslice', 32, '2x4x4')."""
+    generation, _, size = name.rpartition("-")
+    if generation not in TPU_GENERATIONS or not size.isdigit():
+        raise UsageError(
+            f"unknown TPU slice {name!r}: write GENERATION-SIZE with generation "
+            f"{', '.join(TPU_GENERATIONS)}, e.g. --tpu=v4-64"
+        )
+    accelerator, cores_per_chip, rank = TPU_GENERATIONS[generation]
+    chips = int(size) // cores_per_chip
+    if chips < CHIPS_PER_TPU_HOST or chips & (chips - 1):
+        raise UsageError(
+            f"TPU slice {name!r} has {chips} chips; these manifests take whole hosts "
+            f"of {CHIPS_PER_TPU_HOST} chips in power-of-two slices, e.g. --tpu="
+            f"{generation}-{CHIPS_PER_TPU_HOST * cores_per_chip * 2}"
+        )
+    # One host is 2x2(x1); each doubling grows the smallest axis, the last one among equals,
+    # which gives Cloud TPU's shapes (v4: 2x2x2, 2x2x4, 2x4x4, 4x4x4, ...; v5e: 2x4, 4x4, ...).
+    dims = [2, 2, 1][:rank]
+    while math.prod(dims) < chips:
+        smallest = min(dims)
+        dims[max(i for i, d in enumerate(dims) if d == smallest)] *= 2
+    return accelerator, chips, "x".join(map(str, dims))
+
+
+def mesh_devices(experiment_cls: type) -> int | None:
+    """Devices the experiment's mesh needs (ICI x DCN); None without a mesh (any number)."""
+    if experiment_cls.ICI_MESH_SHAPE is None:
+        return None
+    return math.prod(experiment_cls.ICI_MESH_SHAPE) * math.prod(experiment_cls.DCN_MESH_SHAPE or ())
+
+
+def fill(template: str, values: dict) -> str:
+    """Replace the {{key}} placeholders; each one needs a value."""
+    missing = sorted(set(_PLACEHOLDER_RE.findall(template)) - set(values))
+    if missing:
+        raise KeyError(f"template placeholders without a value: {', '.join(missing)}")
+
+    def lines(m: re.Match) -> str:
+        return "\n".join(m.group(1) + item for item in values[m.group(2)])
+
+    lists = "|".join(k for k, v in values.items() if isinstance(v, list))
+    if lists:
+        template = re.sub(rf"(?m)^([ \t]*)\{{\{{({lists})\}}\}}[ \t]*$", lines, template)
+    return _PLACEHOLDER_RE.sub(lambda m: str(values[m.group(1)]), template)
+
+
+def _gpu_hosts(exp: str, devices: int | None, per_host: int, hosts: int | None) -> int:
+    if per_host < 1 or (hosts is not None and hosts < 1):
+        raise UsageError("--hosts and --gpus-per-host take at least 1")
+    if devices is None:
+        return hosts or 1
+    if devices % per_host or (hosts is not None and hosts * per_host != devices):
+        fix = (
+            f"--hosts={devices // per_host}"
+            if devices % per_host == 0
+            else "--gpus-per-host that divides it"
+        )
+        raise UsageError(
+            f"{exp}'s mesh needs {devices} GPUs, not {hosts or 'a whole number of'}"
+            f" hosts x {per_host}: use {fix}, or override the mesh with --set "
+            f"ICI_MESH_SHAPE=[...]"
+        )
+    return devices // per_host
+
+
+def _tpu_values(
+    exp: str, devices: int | None, dcn: int, tpu: str | None, hosts: int | None
+) -> dict:
+    if dcn > 1:
+        raise UsageError(f"{exp} spans several slices (DCN_MESH_SHAPE); this JobSet runs one")
+    if tpu is None:
+        if devices is None:
+            raise UsageError(
+                f"{exp} has no mesh (data-parallel over any number of chips): "
+                f"choose the slice, e.g. --tpu=v4-8"
+            )
+        tpu = f"v4-{2 * devices}"  # Pax ran its reference experiments on v4
+    accelerator, chips, topology = tpu_slice(tpu)
+    if devices is not None and chips != devices:
+        raise UsageError(
+            f"{exp}'s mesh needs {devices} chips but {tpu} has {chips}: use "
+            f"--tpu=v4-{2 * devices}, or override the mesh with --set "
+            f"ICI_MESH_SHAPE=[...]"
+        )
+    if hosts is not None and hosts * CHIPS_PER_TPU_HOST != chips:
+        raise UsageError(
+            f"--hosts={hosts} disagrees with --tpu={tpu}: "
+            f"{chips // CHIPS_PER_TPU_HOST} hosts of {CHIPS_PER_TPU_HOST} chips; "
+            f"drop --hosts"
+        )
+    return dict(
+        tpu_slice=tpu,
+        tpu_accelerator=accelerator,
+        tpu_topology=topology,
+        chips_per_host=CHIPS_PER_TPU_HOST,
+        hosts=chips // CHIPS_PER_TPU_HOST,
+    )
+
+
+def render(
+    release: str,
+    target: str,
+    exp: str,
+    sets: list[str] = (),
+    *,
+    hosts: int | None = None,
+    tpu: str | None = None,
+    gpus_per_host: int = 8,
+    registry: str | None = None,
+    name: str | None = None,
+    job_log_dir: str | None = None,
+    pvc: str = "pax-runs",
+) -> str:
+    """The filled-in manifest (JobSet YAML) or batch script; UsageError on bad input."""
+    if target not in TARGETS:
+        raise UsageError(f"unknown target {target!r}: one of {', '.join(TARGETS)}")
+    template, platform = TARGETS[target]
+    if dist_release.releases_dir().is_dir():  # a checkout: the release must be cut
+        try:
+            release = dist_release.resolve(release).version
+        except dist_release.UnknownRelease as err:
+            raise UsageError(str(err)) from None
+    elif re.fullmatch(r"[vr]?\d+(\.\d+)*", release):  # an installed package: a version
+        release = release.lstrip("vr")
+    else:
+        raise UsageError(f"bad release {release!r}: write a version, e.g. 1.4.0")
+    registered = experiments.get(exp)
+    exp = experiments.name_of(registered)
+    experiment_cls = overrides.apply(registered, list(sets))
+    devices = mesh_devices(experiment_cls)
+    values = {
+        "release": release,
+        "exp": exp,
+        "gpus_per_host": gpus_per_host,
+        "pvc": pvc,
+        "port": COORDINATOR_PORT,
+        "runs_mount": RUNS_MOUNT,
+    }
+    if target == "tpu":
+        dcn = math.prod(experiment_cls.DCN_MESH_SHAPE or ())
+        values.update(_tpu_values(exp, devices, dcn, tpu, hosts))
+    else:
+        values["hosts"] = _gpu_hosts(exp, devices, gpus_per_host, hosts)
+    name = name or "pax-" + exp.rsplit(".", 1)[1].lower()
+    pod = f"{name}-workers-0-{values['hosts'] - 1}"
+    if not _NAME_RE.fullmatch(name) or len(pod) > 63:
+        raise UsageError(
+            f"bad --name {name!r}: lower-case letters, digits and '-', short enough "
+            f"for pod names like {pod} to stay within 63 characters"
+        )
+    if not _NAME_RE.fullmatch(pvc):
+        raise UsageError(f"bad --pvc {pvc!r}: a PersistentVolumeClaim name")
+    if registry is not None and not _IMAGE_REGISTRY_RE.fullmatch(registry):
+        raise UsageError(f"bad --registry {registry!r}: write HOST[:PORT][/PATH]")
+    values["name"] = name
+    values["image"] = f"{registry + '/' if registry else ''}pax:{release}-{platform}"
+    runs = "$HOME/pax-runs" if target == "slurm" else RUNS_MOUNT
+    values["job_log_dir"] = job_log_dir or f"{runs}/{name}"
+    if not _PATH_RE.fullmatch(values["job_log_dir"]):
+        raise UsageError(f"bad --job-log-dir {job_log_dir!r}: letters, digits and ./_~$- only")
+    if target != "slurm" and not values["job_log_dir"].startswith(RUNS_MOUNT + "/"):
+        raise UsageError(
+            f"--job-log-dir must lie under {RUNS_MOUNT}/, where the shared volume "
+            f"(--pvc) is mounted"
+        )
+    quote = shlex.quote if target == "slurm" else (lambda arg: "- " + json.dumps(arg))
+    values["sets"] = [quote(f"--set={s}") for s in sets]
+    return fill((TEMPLATES / template).read_text(), values)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pax.launch",
+        description="Print a JobSet manifest (tpu, gpu) or Slurm batch script (slurm) that "
+        "starts RELEASE's image across hosts.",
+    )
+    p.add_argument("release", help="a cut release, e.g. 1.4.0")
+    p.add_argument("target", choices=sorted(TARGETS))
+    p.add_argument("--exp", required=True, help="experiment, e.g. C4Spmd16BAdam32Replicas")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="hyper-parameter override, passed on to pax.main (repeatable)",
+    )
+    p.add_argument("--hosts", type=int, help="default: the experiment's mesh devices / per host")
+    p.add_argument("--tpu", help="TPU slice, e.g. v4-64 (default: the v4 slice the mesh fills)")
+    p.add_argument("--gpus-per-host", type=int, default=8)
+    p.add_argument("--registry", help="HOST[:PORT][/PATH] the image was published to")
+    p.add_argument("--name", help="JobSet / Slurm job name (default: pax-<experiment>)")
+    p.add_argument(
+        "--job-log-dir",
+        help=f"default {RUNS_MOUNT}/NAME on the shared volume (slurm: $HOME/pax-runs/NAME)",
+    )
+    p.add_argument("--pvc", default="pax-runs", help="JobSets: the shared volume's claim")
+    p.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    try:
+        text = render(
+            a.release,
+            a.target,
+            a.exp,
+            a.set,
+            hosts=a.hosts,
+            tpu=a.tpu,
+            gpus_per_host=a.gpus_per_host,
+            registry=a.registry,
+            name=a.name,
+            job_log_dir=a.job_log_dir,
+            pvc=a.pvc,
+        )
+    except UsageError as err:
+        print(f"pax cluster: error: {err}", file=sys.stderr)
+        return 2
+    if a.output is None:
+        sys.stdout.write(text)
+    else:
+        a.output.write_text(text)
+        if a.target == "slurm":
+            a.output.chmod(0o755)
+    return 0

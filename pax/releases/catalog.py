@@ -1,0 +1,130 @@
+"""Releases: `releases/<version>/release.toml` plus one lockfile per platform."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from pathlib import Path
+
+from packaging.version import Version
+
+from pax.releases.lockfile import sha256_file
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LOCK_PLATFORMS = ("cpu", "tpu", "gpu")  # one lockfile each per release
+IMAGE_PLATFORMS = ("tpu", "gpu")  # one container image each per release (cpu: the venvs)
+NIGHTLY = "nightly"  # today's newest, compiled into git-ignored releases/nightly/
+HEADLINE = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "tensorstore")
+_VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
+
+
+class UnknownRelease(LookupError):
+    def __init__(self, name: str, known: list[str]):
+        self.name, self.known = name, known
+        listed = ", ".join(known) if known else "none"
+        super().__init__(f"unknown release {name!r}; known releases: {listed} (see releases/)")
+
+
+class UnknownPlatform(LookupError):
+    def __init__(self, name: str):
+        super().__init__(f"unknown platform {name!r}; platforms: {', '.join(LOCK_PLATFORMS)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    version: str
+    dir: Path
+    meta: dict
+
+    @property
+    def pins(self) -> dict[str, str]:
+        """Headline versions, fed to pip-compile as constraints."""
+        return dict(self.meta.get("versions", {}))
+
+    @property
+    def python(self) -> str:
+        return str(self.meta.get("python", "3.11"))
+
+    @property
+    def resolved_before(self) -> str | None:
+        """Upload cut-off: locking sees only what the index had then (reproducible relocks)."""
+        value = self.meta.get("resolved_before")
+        if value is None:
+            return None
+        text = value.isoformat() if hasattr(value, "isoformat") else str(value)
+        return text.replace("+00:00", "Z")
+
+    def lockfile(self, platform: str) -> Path:
+        if platform not in LOCK_PLATFORMS:
+            raise UnknownPlatform(platform)
+        return self.dir / f"{platform}.txt"
+
+    def recorded_sha256(self, platform: str) -> str | None:
+        return self.meta.get("locks", {}).get(platform)
+
+    def lock_sha256(self, platform: str) -> str:
+        return sha256_file(self.lockfile(platform))
+
+    @property
+    def constraints_file(self) -> Path:
+        return self.dir / "constraints.txt"
+
+
+def version_key(version: str) -> Version:
+    return Version(version)
+
+
+def releases_dir(root: Path | None = None) -> Path:
+    return (root or REPO_ROOT) / "releases"
+
+
+def load(directory: Path) -> Release:
+    with open(directory / "release.toml", "rb") as f:
+        meta = tomllib.load(f)
+    return Release(str(meta.get("version", directory.name)), directory, meta)
+
+
+def list_releases(root: Path | None = None) -> list[Release]:
+    """Cut releases (not nightly), oldest first."""
+    base = releases_dir(root)
+    found = (
+        [
+            load(d)
+            for d in base.iterdir()
+            if d.is_dir() and _VERSION_RE.match(d.name) and (d / "release.toml").is_file()
+        ]
+        if base.is_dir()
+        else []
+    )
+    return sorted(found, key=lambda r: version_key(r.version))
+
+
+def newest(root: Path | None = None) -> Release:
+    cut = list_releases(root)
+    if not cut:
+        raise UnknownRelease("newest", [])
+    return cut[-1]
+
+
+def resolve(name: str | None, root: Path | None = None) -> Release:
+    """`None` -> newest cut release; `1.4.0` / `v1.4.0` / `r1.4.0` -> that one; `nightly` if locked."""
+    if name is None:
+        return newest(root)
+    wanted = name[1:] if name[:1] in ("v", "r") and _VERSION_RE.match(name[1:]) else name
+    for release in list_releases(root):
+        if release.version == wanted:
+            return release
+    nightly_dir = releases_dir(root) / NIGHTLY
+    if wanted == NIGHTLY and (nightly_dir / "release.toml").is_file():
+        return load(nightly_dir)
+    known = [r.version for r in list_releases(root)]
+    if (nightly_dir / "release.toml").is_file():
+        known.append(NIGHTLY)
+    raise UnknownRelease(name, known)
+
+
+def looks_like_release(arg: str) -> bool:
+    """Whether a session's first positional argument names a release (vs a flag/pytest arg)."""
+    bare = arg[1:] if arg[:1] in ("v", "r") else arg
+    return arg == NIGHTLY or bool(_VERSION_RE.match(bare))

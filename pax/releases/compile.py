@@ -1,0 +1,170 @@
+"""Compile a release's lockfiles: requirements/<platform>.in + the release's pins -> releases/<v>/<platform>.txt."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime as _dt
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pax.environments.venv import pip_env
+from pax.releases import lockfile
+from pax.releases.catalog import LOCK_PLATFORMS, NIGHTLY, REPO_ROOT, Release, load, releases_dir
+
+PIP_COMPILE_FLAGS = (
+    "--generate-hashes",
+    "--allow-unsafe",
+    "--strip-extras",
+    "--no-emit-index-url",
+    "--no-emit-find-links",
+    "--no-emit-trusted-host",
+    "--quiet",
+)
+
+
+def write_constraints(release: Release) -> Path:
+    """release.toml's [versions] as a pip constraints file (committed, so locks cite a stable path)."""
+    lines = [
+        f"# Headline pins of release {release.version}, generated from release.toml [versions].",
+        "# Edit release.toml, then ./noxw -s lock -- " + release.version,
+    ]
+    lines += [f"{name}=={version}" for name, version in sorted(release.pins.items())]
+    text = "\n".join(lines) + "\n"
+    path = release.constraints_file
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+def compile_command(release: Release, platform: str, root: Path) -> list[str]:
+    out = release.lockfile(platform).relative_to(root)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pax.releases.pip_compile",
+        *PIP_COMPILE_FLAGS,
+        # pip-tools keeps a dependency cache per directory: one per platform so compiles can run in parallel
+        "--cache-dir",
+        str(Path.home() / ".cache" / "pax-lock" / platform),
+        "-o",
+        str(out),
+    ]
+    if release.pins:
+        cmd += ["-c", str(release.constraints_file.relative_to(root))]
+    # fast-deps reads each wheel's metadata with HTTP range requests: this index publishes no
+    # separate metadata files (PEP 658), and without it pip downloads every wheel it considers
+    # (~3 GB of CUDA wheels for the gpu lock); hashes come from the index links (pip_compile.py).
+    pip_args = ["--use-feature=fast-deps"]
+    if release.resolved_before:
+        pip_args.append(f"--uploaded-prior-to={release.resolved_before}")
+    cmd += ["--pip-args", " ".join(pip_args)]
+    cmd.append(f"requirements/{platform}.in")
+    return cmd
+
+
+def compile_one(release: Release, platform: str, root: Path) -> tuple[str, float, str]:
+    lock = release.lockfile(platform)
+    before = lockfile.sha256_file(lock) if lock.is_file() else None
+    env = pip_env()
+    env["CUSTOM_COMPILE_COMMAND"] = f"./noxw -s lock -- {release.version} {platform}"
+    env["PYTHONPATH"] = str(root)  # for pax.releases.pip_compile
+    started = time.monotonic()
+    proc = subprocess.run(
+        compile_command(release, platform, root), cwd=root, env=env, capture_output=True, text=True
+    )
+    took = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"pip-compile {release.version} {platform} failed:\n{proc.stderr[-4000:]}"
+        )
+    after = lockfile.sha256_file(lock)
+    state = "new" if before is None else ("unchanged" if before == after else "CHANGED")
+    return after, took, state
+
+
+def record_shas(release: Release, shas: dict[str, str]) -> None:
+    """Rewrite release.toml's [locks] table, which by convention is the file's last table."""
+    path = release.dir / "release.toml"
+    known = dict(release.meta.get("locks", {}))
+    known.update(shas)
+    head = path.read_text().split("\n[locks]")[0].rstrip("\n")
+    lines = [head, "", "[locks]  # sha256 of each lockfile; frozen once the release is cut"]
+    lines += [f'{p} = "{known[p]}"' for p in LOCK_PLATFORMS if p in known]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def make_nightly(root: Path) -> Release:
+    directory = releases_dir(root) / NIGHTLY
+    directory.mkdir(parents=True, exist_ok=True)
+    today = _dt.date.today().isoformat()
+    (directory / "release.toml").write_text(
+        f'version = "{NIGHTLY}"\ndate = {today}\npython = "3.11"\n'
+        f'notes = "Newest of everything on {today}; not a release (git-ignored)."\n'
+    )
+    return load(directory)
+
+
+def lock(
+    release: Release,
+    platforms: list[str] | None = None,
+    root: Path | None = None,
+    log=print,
+    compile=compile_one,
+) -> dict[str, str]:
+    """Compile the release's locks (in parallel), record their sha256, check the headline pins.
+
+    `compile(release, platform, root) -> (sha256, seconds, state)` writes one lockfile; tests
+    pass a fake one (pax.releases.cut's tests) so no index is needed.
+    """
+    root = root or REPO_ROOT
+    platforms = list(platforms or LOCK_PLATFORMS)
+    if release.pins:
+        write_constraints(release)
+    log(
+        f"locking {release.version} for {', '.join(platforms)}"
+        + (f" (index as of {release.resolved_before})" if release.resolved_before else "")
+    )
+    shas = {}
+    with concurrent.futures.ThreadPoolExecutor(len(platforms)) as pool:
+        futures = {p: pool.submit(compile, release, p, root) for p in platforms}
+        for platform, future in futures.items():
+            sha, took, state = future.result()
+            shas[platform] = sha
+            log(f"  {platform}.txt  {state:9s} {took:5.0f}s  sha256 {sha}")
+    record_shas(release, shas)
+    headline = lockfile.versions(lockfile.parse_lockfile(release.lockfile(platforms[0])))
+    for name, want in release.pins.items():
+        if headline.get(name) != want:
+            raise RuntimeError(
+                f"{platforms[0]} lock has {name}=={headline.get(name)}, pin says {want}"
+            )
+    return shas
+
+
+def lock_tools(root: Path | None = None, log=print) -> str:
+    """Recompile requirements/tools.txt (the tools venv ./noxw installs)."""
+    root = root or REPO_ROOT
+    env = pip_env()
+    env["CUSTOM_COMPILE_COMMAND"] = "./noxw -s lock -- tools"
+    env["PYTHONPATH"] = str(root)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pax.releases.pip_compile",
+            *PIP_COMPILE_FLAGS,
+            "--pip-args",
+            "--use-feature=fast-deps",
+            "-o",
+            "requirements/tools.txt",
+            "requirements/tools.in",
+        ],
+        cwd=root,
+        env=env,
+        check=True,
+    )
+    sha = lockfile.sha256_file(root / "requirements" / "tools.txt")
+    log(f"requirements/tools.txt sha256 {sha}")
+    return sha

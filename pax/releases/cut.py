@@ -1,0 +1,268 @@
+"""Cut a release: `./noxw -s release -- X.Y.Z [--skip-tests] [--base-image IMAGE]`.
+
+1. refuse unless X.Y.Z is new (no releases/X.Y.Z, branch rX.Y.Z or tag vX.Y.Z) and the git
+   tree is clean;
+2. write releases/X.Y.Z/release.toml (version, today's date, branch, Python, base image,
+   resolved_before = now, so relocking later sees the index as it was at the cut);
+3. compile the cpu lock without pins and read the headline versions out of it: the newest
+   matched set pip-compile resolves for requirements/; write them as the release's
+   [versions] (and constraints.txt);
+4. compile the cpu, tpu and gpu locks with those pins (pax.releases.compile), record their sha256;
+5. regenerate the releases tables (pax.releases.readme);
+6. run the test suite against the new release (`./noxw -s test -- X.Y.Z`);
+7. commit releases/X.Y.Z (and the tables), create branch rX.Y.Z and tag vX.Y.Z.
+
+Any failure before the commit removes releases/X.Y.Z and restores the tables: nothing is
+left half-written. The lock compile and the test run are parameters (`compile`, `run_tests`)
+so tests can cut a release in a scratch clone without an index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from pax import git
+from pax.releases import compile as dist_lock
+from pax.releases import lockfile, readme
+from pax.releases.catalog import HEADLINE, LOCK_PLATFORMS, REPO_ROOT, Release, list_releases, load
+
+VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
+DEFAULT_BASE_IMAGE = "python:{python}-slim-bookworm"
+
+
+class CutError(RuntimeError):
+    """The release cannot be cut; the message is one line saying why and what to do."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code  # 2: usage error (a malformed version)
+
+
+def _git(root: Path, *args: str) -> str:
+    try:
+        return git.run(*args, root=root)
+    except git.GitError as err:
+        raise CutError(f"git {' '.join(args)} failed: {err}") from None
+
+
+def _succeeds(root: Path, *args: str) -> bool:
+    try:
+        git.run(*args, root=root)
+    except git.GitError:
+        return False
+    return True
+
+
+def preflight(version: str, root: Path) -> None:
+    """Raise CutError unless `version` can be cut from `root` as it is now."""
+    if not VERSION_RE.match(version):
+        raise CutError(f"release: version must be X.Y.Z (digits), got {version!r}", code=2)
+    if not _succeeds(root, "rev-parse", "--is-inside-work-tree"):
+        raise CutError(f"release: {root} is not a git work tree")
+    directory = root / "releases" / version
+    if directory.exists():
+        raise CutError(
+            f"release: releases/{version} exists already; releases are frozen, "
+            f"cut a new version instead"
+        )
+    for ref, what in ((f"refs/heads/r{version}", "branch"), (f"refs/tags/v{version}", "tag")):
+        if _succeeds(root, "rev-parse", "--verify", "--quiet", ref):
+            raise CutError(
+                f"release: {what} {ref.rsplit('/', 1)[1]} exists already; "
+                f"releases are frozen, cut a new version instead"
+            )
+    dirty = _git(root, "status", "--porcelain").splitlines()
+    if dirty:
+        shown = ", ".join(line[3:] for line in dirty[:3]) + (", ..." if len(dirty) > 3 else "")
+        raise CutError(
+            f"release: the git tree is dirty ({len(dirty)} path(s): {shown}); commit or stash first"
+        )
+
+
+def _toml_str(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render_release_toml(
+    version: str,
+    date: _dt.date,
+    python: str,
+    base_image: str,
+    resolved_before: _dt.datetime,
+    pins: dict[str, str] | None,
+) -> str:
+    """release.toml without [locks] (pax.releases.compile.record_shas appends that, as the last table)."""
+    cutoff = resolved_before.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    lines = [
+        f"# Pax {version}: cut by ./noxw -s release -- {version}",
+        f"version = {_toml_str(version)}",
+        f"date = {date.isoformat()}",
+        f"branch = {_toml_str('r' + version)}",
+        f"python = {_toml_str(python)}",
+        "# Dockerfile.{tpu,gpu} ARG BASE_IMAGE default; offline machines build pax-base:bookworm instead.",
+        f"base_image = {_toml_str(base_image)}",
+        f"# Locks see only what the index held at this instant, so `./noxw -s lock -- {version}` "
+        "reproduces them.",
+        f"resolved_before = {cutoff}",
+    ]
+    if pins is not None:
+        listed = ", ".join(f"{n} {pins[n]}" for n in HEADLINE if n in pins)
+        lines += [
+            'notes = """',
+            f"Newest set pip-compile resolved for requirements/ on Python {python}, index as "
+            f"of {cutoff}:",
+            f"{listed}.",
+            '"""',
+            "",
+            f"[versions]  # headline pins, handed to pip-compile as releases/{version}/"
+            "constraints.txt",
+        ]
+        lines += [f"{name} = {_toml_str(pins[name])}" for name in HEADLINE if name in pins]
+    return "\n".join(lines) + "\n"
+
+
+def run_tests_default(version: str, root: Path, log=print) -> int:
+    log(f"release: ./noxw -s test -- {version}")
+    return subprocess.run(
+        [sys.executable, str(root / "noxw"), "-s", "test", "--", version], cwd=root
+    ).returncode
+
+
+def cut(
+    version: str,
+    root: Path | None = None,
+    *,
+    skip_tests: bool = False,
+    base_image: str | None = None,
+    compile=dist_lock.compile_one,
+    run_tests=run_tests_default,
+    now: _dt.datetime | None = None,
+    log=print,
+) -> Release:
+    """Cut `version` in the git work tree `root`; returns the committed release."""
+    root = Path(root or REPO_ROOT).resolve()
+    preflight(version, root)
+    now = now or _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
+    today = now.astimezone().date()
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    previous = list_releases(root)
+    if base_image is None:
+        base_image = (
+            previous[-1].meta.get("base_image") if previous else None
+        ) or DEFAULT_BASE_IMAGE.format(python=python)
+
+    directory = root / "releases" / version
+    tables = {p: p.read_text() for p in readme.marked_files(root)}
+    toml = directory / "release.toml"
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        on_term = signal.signal(signal.SIGTERM, _terminated)  # so a killed cut cleans up too
+    try:
+        directory.mkdir(parents=True)
+        # 1. cpu lock without pins: the newest matched set; its headline versions become the pins.
+        toml.write_text(render_release_toml(version, today, python, base_image, now, None))
+        log(
+            f"release {version}: resolving the newest set (cpu, no pins, index as of "
+            f"{load(directory).resolved_before})"
+        )
+        dist_lock.lock(load(directory), ["cpu"], root, log=log, compile=compile)
+        resolved = lockfile.versions(lockfile.parse_lockfile(directory / "cpu.txt"))
+        missing = [n for n in HEADLINE if n not in resolved]
+        if missing:
+            raise CutError(
+                f"release: the cpu lock has no {', '.join(missing)}; check requirements/cpu.in"
+            )
+        pins = {n: resolved[n] for n in HEADLINE}
+        log("release {}: pins {}".format(version, ", ".join(f"{n}=={v}" for n, v in pins.items())))
+        # 2. the three locks with those pins (constraints.txt written, sha256 recorded, pins checked).
+        toml.write_text(render_release_toml(version, today, python, base_image, now, pins))
+        shas = dist_lock.lock(load(directory), list(LOCK_PLATFORMS), root, log=log, compile=compile)
+        release = load(directory)
+        if {p: release.recorded_sha256(p) for p in LOCK_PLATFORMS} != shas:
+            raise CutError("release: release.toml's [locks] do not match the compiled locks")
+        # 3. tables, tests.
+        for path in readme.refresh(root):
+            log(f"release {version}: refreshed the releases table in {path.relative_to(root)}")
+        if skip_tests:
+            log(f"release {version}: tests skipped (--skip-tests)")
+        else:
+            code = run_tests(version, root, log=log)
+            if code:
+                raise CutError(
+                    f"release: tests failed against {version} (exit {code}); nothing was committed"
+                )
+        # 4. commit, branch, tag.
+        changed = [str(p.relative_to(root)) for p in tables if p.read_text() != tables[p]]
+        _git(root, "add", "--", f"releases/{version}", *changed)
+        _git(
+            root,
+            "commit",
+            "--quiet",
+            "-m",
+            f"release {version}",
+            "--",
+            f"releases/{version}",
+            *changed,
+        )
+    except BaseException:
+        _undo(directory, tables)
+        raise
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, on_term if on_term is not None else signal.SIG_DFL)
+    _git(root, "branch", f"r{version}")
+    _git(root, "tag", "-a", f"v{version}", "-m", f"Pax {version}")
+    commit = _git(root, "rev-parse", "--short", "HEAD").strip()
+    log(f"release {version}: committed {commit}, branch r{version}, tag v{version}")
+    return release
+
+
+def _terminated(signum, frame):
+    raise CutError("release: terminated (SIGTERM); nothing was committed")
+
+
+def _undo(directory: Path, tables: dict[Path, str]) -> None:
+    """Remove the half-cut release; put back the tables this run rewrote."""
+    shutil.rmtree(directory, ignore_errors=True)
+    for path, text in tables.items():
+        if path.is_file() and path.read_text() != text:
+            path.write_text(text)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="./noxw -s release --", description="Cut a release: locks, tests, commit, branch, tag."
+    )
+    parser.add_argument("version", help="X.Y.Z, new")
+    parser.add_argument("--skip-tests", action="store_true", help="do not run the test suite")
+    parser.add_argument(
+        "--base-image",
+        help="Dockerfile BASE_IMAGE default to record (default: the previous release's)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None, root: Path | None = None, **kwargs) -> int:
+    """`python -m pax.releases.cut X.Y.Z [--skip-tests] [--base-image IMAGE]`: 0 when cut."""
+    args = parse_args(argv)
+    try:
+        cut(args.version, root, skip_tests=args.skip_tests, base_image=args.base_image, **kwargs)
+    except CutError as err:
+        print(err, file=sys.stderr)
+        return err.code
+    except RuntimeError as err:  # a failed pip-compile, a pin the lock does not honour
+        print(f"release: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

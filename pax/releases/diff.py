@@ -1,0 +1,285 @@
+"""Diff two pip-compile lockfiles: upgraded, downgraded, added, removed; major jumps marked.
+
+A lock may be named four ways (`load`):
+
+  1.4.0 / v1.4.0 / nightly           a release: releases/<version>/<platform>.txt
+  path/to/lock.txt                    a lockfile on disk
+  GITREV:path/to/lock.txt             a lockfile as committed at GITREV (`git show`)
+  image                               inside a pax image: the lock it was built from
+
+  python -m pax.releases.diff A B [--platform cpu] [--json]      (nox: ./noxw -s diff -- A B)
+
+Standard library only (`packaging` is used for version order when it is importable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from pax import git
+from pax.releases import catalog as dist_release
+from pax.releases import lockfile
+from pax.releases.lockfile import Pin
+
+KINDS = ("upgraded", "downgraded", "added", "removed", "rebuilt")
+
+
+class LockSpecError(ValueError):
+    """A lock name that is neither a release, a file nor `GITREV:path`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Lock:
+    label: str  # how the user named it, resolved: `1.4.0 (releases/1.4.0/cpu.txt)`
+    pins: dict[str, Pin]
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    name: str
+    old: Pin | None  # None: added
+    new: Pin | None  # None: removed
+
+    @property
+    def old_version(self) -> str | None:
+        return self.old.version if self.old else None
+
+    @property
+    def new_version(self) -> str | None:
+        return self.new.version if self.new else None
+
+    @property
+    def kind(self) -> str:
+        if self.old is None:
+            return "added"
+        if self.new is None:
+            return "removed"
+        order = compare_versions(self.old.version, self.new.version)
+        if order < 0:
+            return "upgraded"
+        if order > 0:
+            return "downgraded"
+        return "rebuilt"  # same version, other artifacts (hashes)
+
+    @property
+    def major(self) -> bool:
+        """A jump across a major version (for 0.x, across a minor: semver's 0.y is major)."""
+        if self.old is None or self.new is None:
+            return False
+        a, b = release_tuple(self.old.version), release_tuple(self.new.version)
+        if not a or not b:
+            return False
+        if a[0] != b[0]:
+            return True
+        return a[0] == 0 and (a[1:2] or (0,)) != (b[1:2] or (0,))
+
+    def describe(self) -> str:
+        """`jax 0.9.0 -> 0.10.2`, `foo (added) 1.0`, `bar 1.2 (removed)`."""
+        if self.old is None:
+            return f"{self.name} (added) {self.new_version}"
+        if self.new is None:
+            return f"{self.name} {self.old_version} (removed)"
+        return f"{self.name} {self.old_version} -> {self.new_version}"
+
+    def as_json(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "old": self.old_version,
+            "new": self.new_version,
+            "major": self.major,
+        }
+
+
+# Versions -------------------------------------------------------------------------------------
+
+
+def _version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def release_tuple(version: str) -> tuple[int, ...]:
+    parsed = _version(version)
+    return parsed.release if parsed else ()
+
+
+def compare_versions(a: str, b: str) -> int:
+    """-1, 0 or 1 as a <, ==, > b in PEP 440 order (text order for what PEP 440 rejects)."""
+    va, vb = _version(a), _version(b)
+    if va is None or vb is None:
+        return (a > b) - (a < b)
+    return (va > vb) - (va < vb)
+
+
+# Loading ------------------------------------------------------------------------------------------
+
+
+def _git_show(rev: str, path: str, root: Path) -> str:
+    try:
+        return git.run("show", f"{rev}:{path}", root=root)
+    except git.GitError as err:
+        raise LockSpecError(f"{rev}:{path}: {err}") from None
+
+
+IMAGE = "image"  # the lock of the pax image this runs in
+
+
+def load(spec: str, platform: str = "cpu", root: Path | None = None) -> Lock:
+    """Resolve a release name, a lockfile path, `GITREV:path` or `image` into its pins."""
+    if spec == IMAGE:
+        return _image_lock(platform)
+    root = root or dist_release.REPO_ROOT
+    if platform not in dist_release.LOCK_PLATFORMS:
+        raise LockSpecError(
+            f"unknown platform {platform!r}; platforms: {', '.join(dist_release.LOCK_PLATFORMS)}"
+        )
+    path = Path(spec)
+    if not path.is_absolute() and not path.exists():
+        path = root / spec
+    try:
+        if path.is_file():
+            text = path.read_text()
+            return Lock(spec, lockfile.parse_lockfile_text(text, spec), text)
+        if path.is_dir() and (path / f"{platform}.txt").is_file():  # a release directory
+            text = (path / f"{platform}.txt").read_text()
+            return Lock(f"{spec} ({platform})", lockfile.parse_lockfile_text(text, spec), text)
+        if ":" in spec and not dist_release.looks_like_release(spec):
+            rev, _, inner = spec.partition(":")
+            if not rev or not inner:
+                raise LockSpecError(f"{spec!r}: write GITREV:path/to/lock.txt")
+            text = _git_show(rev, inner, root)
+            return Lock(spec, lockfile.parse_lockfile_text(text, spec), text)
+        if dist_release.looks_like_release(spec):
+            rel = dist_release.resolve(spec, root)
+            lock_path = rel.lockfile(platform)
+            if not lock_path.is_file():
+                raise LockSpecError(f"release {rel.version} has no {platform} lock ({lock_path})")
+            text = lock_path.read_text()
+            shown = lock_path.relative_to(root) if lock_path.is_relative_to(root) else lock_path
+            return Lock(
+                f"{rel.version} ({shown})", lockfile.parse_lockfile_text(text, str(lock_path)), text
+            )
+    except dist_release.UnknownRelease as err:
+        raise LockSpecError(str(err)) from err
+    except lockfile.LockfileError as err:
+        raise LockSpecError(str(err)) from err
+    known = ", ".join(r.version for r in dist_release.list_releases(root)) or "none"
+    raise LockSpecError(
+        f"{spec!r} is not a release ({known}), a lockfile, GITREV:path/to/lock.txt, nor `image`"
+    )
+
+
+def _image_lock(platform: str) -> Lock:
+    """Inside a pax image: $PAX_LOCKFILE, labelled with the image's name."""
+    path = os.environ.get("PAX_LOCKFILE")
+    if not path:
+        raise LockSpecError(
+            "`image` is the lock of the pax image this runs in ($PAX_LOCKFILE), which is not "
+            "set here: run inside a pax image, or name a release or a lockfile"
+        )
+    lock = load(path, platform)
+    name = os.environ.get("PAX_IMAGE")
+    return dataclasses.replace(lock, label=f"image {name} ({path})" if name else f"image ({path})")
+
+
+# Diffing ------------------------------------------------------------------------------------------
+
+
+def diff(old: dict[str, Pin], new: dict[str, Pin]) -> list[Change]:
+    """Every package whose pin differs (version, or the same version with other hashes)."""
+    changes = []
+    for name in sorted(set(old) | set(new)):
+        a, b = old.get(name), new.get(name)
+        if a is not None and b is not None and a.version == b.version:
+            if not a.hashes or not b.hashes or set(a.hashes) == set(b.hashes):
+                continue
+        changes.append(Change(name, a, b))
+    return changes
+
+
+def summary_counts(changes: list[Change]) -> dict[str, int]:
+    counts = {kind: 0 for kind in KINDS}
+    for change in changes:
+        counts[change.kind] += 1
+    return counts
+
+
+def format_diff(a: Lock, b: Lock, changes: list[Change]) -> str:
+    counts = summary_counts(changes)
+    unchanged = len(set(a.pins) & set(b.pins)) - sum(
+        1 for c in changes if c.old is not None and c.new is not None
+    )
+    parts = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+    lines = [
+        f"{a.label} -> {b.label}",
+        f"{len(changes)} changed ({parts or 'nothing'}), {unchanged} unchanged",
+    ]
+    width = max((len(c.name) for c in changes), default=0)
+    vwidth = max((len(c.old_version or "") for c in changes), default=0)
+    for kind in KINDS:
+        rows = [c for c in changes if c.kind == kind]
+        if not rows:
+            continue
+        lines.append(f"{kind}:")
+        for c in rows:
+            if kind == "added":
+                text = f"  {c.name:<{width}}  {'':<{vwidth}}    {c.new_version}"
+            elif kind == "removed":
+                text = f"  {c.name:<{width}}  {c.old_version}"
+            else:
+                text = f"  {c.name:<{width}}  {c.old_version:<{vwidth}} -> {c.new_version}"
+            if c.major:
+                text += "   MAJOR"
+            lines.append(text.rstrip())
+    majors = sum(c.major for c in changes)
+    if majors:
+        lines.append(f"MAJOR: {majors} major-version jump(s) (for 0.x versions, the minor)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="pax.releases.diff",
+        description="Diff two lockfiles or releases.",
+        epilog="A and B: a release (1.4.0, nightly), a lockfile path, or GITREV:path/to/lock.txt",
+    )
+    parser.add_argument("a")
+    parser.add_argument("b")
+    parser.add_argument(
+        "--platform",
+        default="cpu",
+        choices=dist_release.LOCK_PLATFORMS,
+        help="which lock of a release (default: cpu)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the changes as JSON")
+    args = parser.parse_args(argv)
+    try:
+        a, b = load(args.a, args.platform), load(args.b, args.platform)
+    except LockSpecError as err:
+        print(f"diff: {err}", file=sys.stderr)
+        return 2
+    changes = diff(a.pins, b.pins)
+    if args.json:
+        print(
+            json.dumps(
+                {"a": a.label, "b": b.label, "changes": [c.as_json() for c in changes]}, indent=2
+            )
+        )
+    else:
+        print(format_diff(a, b, changes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Ahead-of-time compilation of an experiment's sharded train step for its full mesh.
+
+`python -m pax.tools.aot EXP [EXP ...]` (or `./noxw -s aot`) creates as many virtual CPU
+devices as the experiment's mesh needs, counts parameters abstractly (jax.eval_shape), lowers
+and compiles the train step with its real shardings and reads per-device memory from the
+compiled executable: a config that does not compile or does not fit is found here, not on the
+accelerator. Nothing is allocated at model size.
+
+The memory figure is XLA:CPU's plan for the partitioned step (arguments + outputs - donated
+aliases + temporaries). It is an upper bound for TPU: the CPU compiler's scheduling and bf16
+handling keep more temporaries alive than the TPU compiler does.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+from pax.errors import UsageError
+from pax.experiments import registry
+
+HBM_BYTES = {"TPU v4": 32 * 2**30}  # per chip
+TARGET = "TPU v4"
+
+
+def _mesh_size(experiment) -> int:
+    ici = experiment.ICI_MESH_SHAPE or (
+        1,
+        4,
+        1,
+    )  # pmap experiments: Pax ran them on a v4-8 (4 chips)
+    dcn = experiment.DCN_MESH_SHAPE or (1,) * len(ici)
+    return math.prod(i * d for i, d in zip(ici, dcn))
+
+
+def analyze(name: str) -> dict:
+    """Parameters, per-device memory and compile time of `name`'s train step (jax imported)."""
+    import jax  # pylint: disable=g-import-not-at-top
+    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+    from pax.parallel import pipeline, sharding  # pylint: disable=g-import-not-at-top
+    from pax.train import loop, placement  # pylint: disable=g-import-not-at-top
+    from pax.train import state as state_lib
+
+    cls = registry.get(name)
+    size = _mesh_size(cls)
+    # The step's cost does not depend on where tokens come from: compile against synthetic data.
+    run = loop.prepare(
+        type(cls.__name__, (cls,), {"DATA_SOURCE": "synthetic"})(), devices=jax.devices()[:size]
+    )
+    place = placement.for_run(run)
+    seq = run.task.model.max_seq_len
+    keys = (("inputs", jnp.int32), ("targets", jnp.int32), ("weights", jnp.float32))
+    if run.pmap:  # a replica per device (leading device axis), each with its slice of the batch
+        state = jax.tree.map(
+            lambda a: jax.ShapeDtypeStruct((size,) + a.shape, a.dtype), place.abstract
+        )
+        batch = {
+            k: jax.ShapeDtypeStruct((size, run.global_batch // size, seq), dtype)
+            for k, dtype in keys
+        }
+    else:
+        state = place.abstract
+        spec = sharding.batch_sharding(run.mesh)
+        batch = {
+            k: jax.ShapeDtypeStruct((run.global_batch, seq), dtype, sharding=spec)
+            for k, dtype in keys
+        }
+    start = time.perf_counter()
+    compiled = place.train_step.lower(state, batch).compile()
+    seconds = time.perf_counter() - start
+    mem = compiled.memory_analysis()
+    per_device = (
+        mem.argument_size_in_bytes
+        + mem.output_size_in_bytes
+        - mem.alias_size_in_bytes
+        + mem.temp_size_in_bytes
+    )
+    stages, microbatches = run.task.mesh.num_stages, run.task.mesh.num_microbatches
+    return {
+        "experiment": registry.name_of(cls),
+        "params": state_lib.num_params(place.abstract),
+        "strategy": "pmap" if run.pmap else "spmd",
+        "mesh": dict(run.mesh.shape),
+        "pipeline": stages > 1
+        and {
+            "stages": stages,
+            "microbatches": microbatches,
+            "bubble_fraction": pipeline.bubble_fraction(stages, microbatches),
+        },
+        "devices": size,
+        "global_batch": run.global_batch,
+        "per_device_bytes": per_device,
+        "target": TARGET,
+        "fits": per_device <= HBM_BYTES[TARGET],
+        "compile_s": seconds,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("experiments", nargs="+")
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+    try:
+        sizes = {name: _mesh_size(registry.get(name)) for name in args.experiments}
+    except UsageError as e:
+        print(f"pax aot: error: {e}", file=sys.stderr)
+        return 2
+    if "jax" in sys.modules:
+        raise RuntimeError("pax.tools.aot must set the device count before jax is imported")
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_"
+        f"device_count={max(sizes.values())}"
+    )
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    results, not_compiled = [], []
+    for name in args.experiments:
+        try:
+            r = analyze(name)
+        except UsageError as e:
+            print(f"pax aot: {name}: {e}", file=sys.stderr)
+            not_compiled.append(name)
+            continue
+        results.append(r)
+        stages = (
+            f", {r['pipeline']['stages']} stages x {r['pipeline']['microbatches']} "
+            f"microbatches (bubble {r['pipeline']['bubble_fraction']:.1%})"
+            if r["pipeline"]
+            else ""
+        )
+        print(
+            f"{r['experiment']}: {r['params'] / 1e9:.2f}B params, {r['strategy']} over "
+            f"{r['mesh']}{stages}, "
+            f"{r['per_device_bytes'] / 2**30:.2f} GiB per device "
+            f"({'fits' if r['fits'] else 'does NOT fit'} {r['target']}'s 32 GiB), "
+            f"compiled in {r['compile_s']:.0f}s",
+            flush=True,
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0 if all(r["fits"] for r in results) and not not_compiled else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Container images end to end: build, smoke, publish, pull; tampered wheelhouse; refused push.
+
+Needs a Docker engine, pax-base:bookworm and network for the first wheel download, so it runs
+only with PAX_CONTAINER_TESTS=1 (CI's .ci/run sets it after ci/docker-engine.sh start and
+ci/base-image.sh). PAX_CONTAINER_RELEASE picks the release (default 1.4.0); the TPU image is
+used because its wheels are small (~370 MB; the GPU lock's are ~3.2 GB).
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pax.images import cli as images
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("PAX_CONTAINER_TESTS") != "1",
+    reason="container tests need a Docker engine: set PAX_CONTAINER_TESTS=1 "
+    "(after ci/docker-engine.sh start and ci/base-image.sh)",
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+RELEASE = os.environ.get("PAX_CONTAINER_RELEASE", "1.4.0")
+PLATFORM = "tpu"
+
+
+def _docker(*args, check=True):
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    images.require_engine()
+    if not images.image_exists(images.DEFAULT_BASE_IMAGE):
+        pytest.fail(f"{images.DEFAULT_BASE_IMAGE} missing: run ci/base-image.sh")
+
+
+def _registry(tmp_path_factory, readonly: bool):
+    state = tmp_path_factory.mktemp("registry-ro" if readonly else "registry")
+    env = {
+        **os.environ,
+        "PAX_REGISTRY_STATE_DIR": str(state),
+        "PAX_REGISTRY_READONLY": "1" if readonly else "0",
+    }
+    out = subprocess.run(
+        [str(ROOT / "ci" / "registry.sh"), "start", str(_free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return out, env
+
+
+@pytest.fixture
+def registry(tmp_path_factory):
+    address, env = _registry(tmp_path_factory, readonly=False)
+    yield address
+    subprocess.run([str(ROOT / "ci" / "registry.sh"), "stop"], env=env, check=True)
+
+
+@pytest.fixture
+def readonly_registry(tmp_path_factory):
+    address, env = _registry(tmp_path_factory, readonly=True)
+    yield address
+    subprocess.run([str(ROOT / "ci" / "registry.sh"), "stop"], env=env, check=True)
+
+
+def _temp_build_tags():
+    out = _docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
+    return [t for t in out if t.startswith(f"{images.IMAGE_REPO}-build:")]
+
+
+def test_build_smoke_publish_pull(engine, registry, tmp_path):
+    tag = images.build(RELEASE, PLATFORM)
+    assert tag == f"pax:{RELEASE}-{PLATFORM}"
+    assert not _temp_build_tags()
+    lock_sha = images.sha256_file(images.lock_path(RELEASE, PLATFORM))
+    info = json.loads(_docker("image", "inspect", tag).stdout)[0]
+    labels, config = info["Config"]["Labels"], info["Config"]
+    assert labels["org.opencontainers.image.version"] == RELEASE
+    assert labels["io.pax.lock.sha256"] == lock_sha
+    assert labels["org.opencontainers.image.revision"].startswith(images.revision()[:40])
+    assert labels["org.opencontainers.image.created"]
+    env = dict(e.split("=", 1) for e in config["Env"])
+    assert env["PAX_RELEASE"] == RELEASE and env["PAX_LOCK_SHA256"] == lock_sha
+    assert env["PAX_LOCKFILE"] == images.LOCK_IN_IMAGE
+    assert config["User"] not in ("", "0", "root", "0:0")
+    assert config["Entrypoint"] == ["python", "-m", "pax.main"]
+    # Only the runtime: no pip, no wheelhouse, no build tools; the lock is baked in.
+    probe = _docker(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--entrypoint",
+        "sh",
+        tag,
+        "-c",
+        "id -u; ls /opt/venv/bin; test ! -e /wheelhouse && test ! -e /opt/build-tools "
+        "&& test ! -e /paxwheel && sha256sum /opt/pax/lock.txt",
+    ).stdout.split()
+    assert probe[0] != "0"
+    assert "pip" not in probe and "python" in probe
+    assert lock_sha in probe
+
+    result = images.smoke(RELEASE, PLATFORM, keep=tmp_path / "smoke")
+    assert result["last_loss"] < result["first_loss"]
+    manifest = json.loads((tmp_path / "smoke" / "job" / "manifest.json").read_text())
+    assert manifest["release"] == RELEASE and manifest["lock_sha256"] == lock_sha
+
+    published = images.publish(RELEASE, PLATFORM, registry)
+    digest = published["digest"]
+    assert images.registry_digest(registry, "pax", f"latest-{PLATFORM}") == digest
+    assert "pax-verify: ok" in published["verify"]
+
+    # A real pull: drop the local image, fetch it back by digest, check it is the same image.
+    image_id = _docker("image", "inspect", "-f", "{{.Id}}", tag).stdout.strip()
+    _docker("rmi", tag)
+    try:
+        pulled = f"{registry}/pax@{digest}"
+        _docker("pull", pulled)
+        assert _docker("image", "inspect", "-f", "{{.Id}}", pulled).stdout.strip() == image_id
+        assert "pax-verify: ok" in images.verify_in_image(pulled)
+    finally:
+        if not images.image_exists(tag):
+            _docker("tag", f"{registry}/pax@{digest}", tag, check=False)
+        _docker("rmi", f"{registry}/pax@{digest}", check=False)
+    assert images.image_exists(tag)
+
+
+def test_tampered_wheelhouse_fails_and_tags_nothing(engine, tmp_path):
+    good = images.prepare_wheelhouse(RELEASE, PLATFORM)
+    bad = tmp_path / "wheelhouse"
+    bad.mkdir()
+    wheels = sorted(good.glob("*.whl"), key=lambda p: p.stat().st_size)
+    victim = wheels[0]  # the smallest wheel: cheap to copy and alter
+    for w in wheels:
+        if w == victim:
+            shutil.copy2(w, bad / w.name)
+        else:
+            os.link(w, bad / w.name)
+    with open(bad / victim.name, "ab") as f:
+        f.write(b"tampered")
+    tag = "pax-test:tampered"
+    _docker("rmi", tag, check=False)
+
+    # The host-side check refuses first...
+    with pytest.raises(images.ImageError, match=f"wheel hash mismatch: {victim.name}"):
+        images.build(RELEASE, PLATFORM, tag=tag, wheelhouse=bad)
+    # ...and pip's --require-hashes inside the build refuses too, when the host check is skipped.
+    with pytest.raises(images.ImageError, match="wheel hash mismatch: pip refused") as e:
+        images.build(RELEASE, PLATFORM, tag=tag, wheelhouse=bad, check_hashes=False)
+    assert "no image tagged" in str(e.value)
+    assert not images.image_exists(tag)
+    assert not _temp_build_tags()
+
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pax.images",
+            "build",
+            RELEASE,
+            PLATFORM,
+            "--wheelhouse",
+            str(bad),
+            "--tag",
+            tag,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert r.returncode == 1
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("pax images: error:")]
+    assert len(errors) == 1 and "wheel hash mismatch" in errors[0], r.stderr
+    assert not images.image_exists(tag)
+
+
+def test_registry_refusing_the_push(engine, readonly_registry):
+    if not images.image_exists(images.image_ref(RELEASE, PLATFORM)):
+        images.build(RELEASE, PLATFORM)
+    with pytest.raises(images.ImageError, match=f"registry {readonly_registry} refused the push"):
+        images.publish(RELEASE, PLATFORM, readonly_registry)
+    leftover = _docker("images", "--format", "{{.Repository}}").stdout.split()
+    assert f"{readonly_registry}/pax" not in leftover

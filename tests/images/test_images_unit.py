@@ -1,0 +1,120 @@
+"""pax.images without a Docker engine: argument errors, lock and wheelhouse checks."""
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pax.images import cli as images
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _lock_text(entries):
+    lines = []
+    for name, version, digest in entries:
+        lines.append(f"{name}=={version} \\\n    --hash=sha256:{digest}\n    # via -r base.in")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def release_dir(tmp_path, monkeypatch):
+    rel = tmp_path / "releases" / "9.0.0"
+    rel.mkdir(parents=True)
+    (rel / "release.toml").write_text('version = "9.0.0"\n')
+    monkeypatch.setenv("PAX_RELEASES_DIR", str(tmp_path / "releases"))
+    return rel
+
+
+def _wheel(directory: Path, name: str, version: str, payload: bytes) -> str:
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    path.write_bytes(payload)
+    return hashlib.sha256(payload).hexdigest()
+
+
+def test_unknown_release_and_platform(release_dir):
+    with pytest.raises(
+        images.ImageError, match=r"unknown release '1\.2\.3'.*known releases: 9\.0\.0"
+    ) as e:
+        images.lock_path("1.2.3", "tpu")
+    assert e.value.usage
+    with pytest.raises(images.ImageError, match="unknown image platform 'cpu'.*tpu, gpu") as e:
+        images.lock_path("9.0.0", "cpu")
+    assert e.value.usage
+    with pytest.raises(images.ImageError, match="has no tpu lockfile"):
+        images.lock_path("9.0.0", "tpu")
+
+
+def test_frozen_lock_sha_is_enforced(release_dir):
+    (release_dir / "tpu.txt").write_text(_lock_text([("absl-py", "2.1.0", "a" * 64)]))
+    (release_dir / "release.toml").write_text(
+        'version = "9.0.0"\n[locks]\ntpu = "' + "b" * 64 + '"\n'
+    )
+    with pytest.raises(images.ImageError, match="releases are frozen"):
+        images.lock_path("9.0.0", "tpu")
+
+
+def test_check_wheelhouse(tmp_path, release_dir):
+    wh = tmp_path / "wh"
+    wh.mkdir()
+    a = _wheel(wh, "absl_py", "2.1.0", b"absl")
+    b = _wheel(wh, "mdurl", "0.1.2", b"mdurl")
+    lock = release_dir / "tpu.txt"
+    lock.write_text(_lock_text([("absl-py", "2.1.0", a), ("mdurl", "0.1.2", b)]))
+    images.check_wheelhouse(lock, wh)  # exact match passes
+    (wh / "mdurl-0.1.2-py3-none-any.whl").write_bytes(b"mdurl, tampered")
+    with pytest.raises(images.ImageError, match="wheel hash mismatch: mdurl-0.1.2"):
+        images.check_wheelhouse(lock, wh)
+    (wh / "mdurl-0.1.2-py3-none-any.whl").unlink()
+    with pytest.raises(images.ImageError, match="lacks wheels for mdurl"):
+        images.check_wheelhouse(lock, wh)
+    _wheel(wh, "mdurl", "0.1.2", b"mdurl")
+    _wheel(wh, "extra_pkg", "1.0", b"x")
+    with pytest.raises(images.ImageError, match="not in .*extra-pkg"):
+        images.check_wheelhouse(lock, wh)
+
+
+def test_cli_one_line_usage_error(release_dir):
+    r = subprocess.run(
+        [sys.executable, "-m", "pax.images", "build", "7.7.7", "tpu"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "pax images: error: unknown release '7.7.7'; known releases: 9.0.0 (see releases/)"
+    ]
+
+
+def test_missing_engine_is_one_clear_line(release_dir, monkeypatch):
+    (release_dir / "tpu.txt").write_text(_lock_text([("absl-py", "2.1.0", "a" * 64)]))
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(images.ImageError, match="no Docker engine answers"):
+        images.require_engine()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(images.ImageError, match="no docker command on PATH"):
+        images.smoke("9.0.0", "tpu")
+
+
+def test_bad_registry_argument(release_dir):
+    (release_dir / "tpu.txt").write_text(_lock_text([("absl-py", "2.1.0", "a" * 64)]))
+    with pytest.raises(images.ImageError, match="bad --registry"):
+        images.publish("9.0.0", "tpu", "http://127.0.0.1:5000/")
+
+
+def test_images_module_imports_without_jax():
+    code = (
+        "import sys; import pax.images; "
+        'assert not any(m == "jax" or m.startswith("jax.") for m in sys.modules)'
+    )
+    subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )

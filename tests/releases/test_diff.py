@@ -1,0 +1,125 @@
+"""pax.releases.diff: lock names, version order, the readable diff."""
+
+import subprocess
+
+import pytest
+
+from pax.releases import diff
+from pax.releases.lockfile import Pin
+
+LOCK_A = """\
+jax==0.9.0 \\
+    --hash=sha256:aa
+numpy==1.26.4 \\
+    --hash=sha256:bb
+old-thing==1.0 \\
+    --hash=sha256:cc
+six==1.16.0 \\
+    --hash=sha256:dd
+zlib-ng==2.0.0 \\
+    --hash=sha256:ee
+"""
+LOCK_B = """\
+jax==0.10.2 \\
+    --hash=sha256:a1
+new-thing==0.1 \\
+    --hash=sha256:c1
+numpy==2.1.0 \\
+    --hash=sha256:b1
+six==1.16.0 \\
+    --hash=sha256:dd
+zlib-ng==1.9.9 \\
+    --hash=sha256:e1
+"""
+
+
+@pytest.mark.parametrize(
+    "a,b,order",
+    [
+        ("1.0", "1.0.0", 0),
+        ("1.9", "1.10", -1),
+        ("0.10.2", "0.9.0", 1),
+        ("1.0rc1", "1.0", -1),
+        ("1.0.dev1", "1.0a1", -1),
+        ("1.0.post1", "1.0", 1),
+        ("2026.4.0", "2026.10.0", -1),
+    ],
+)
+def test_compare_versions(a, b, order):
+    assert diff.compare_versions(a, b) == order
+
+
+def test_diff_kinds_and_majors():
+    a = diff.lockfile.parse_lockfile_text(LOCK_A)
+    b = diff.lockfile.parse_lockfile_text(LOCK_B)
+    changes = {c.name: c for c in diff.diff(a, b)}
+    assert {n: c.kind for n, c in changes.items()} == {
+        "jax": "upgraded",
+        "new-thing": "added",
+        "numpy": "upgraded",
+        "old-thing": "removed",
+        "zlib-ng": "downgraded",
+    }
+    assert changes["numpy"].major and changes["jax"].major  # 1 -> 2; 0.9 -> 0.10 (0.x minor)
+    assert changes["zlib-ng"].major  # 2 -> 1
+    assert not changes["new-thing"].major
+
+
+def test_same_version_other_hashes_is_rebuilt():
+    changes = diff.diff(
+        {"x": Pin("x", "1.0", ("sha256:aa",))}, {"x": Pin("x", "1.0", ("sha256:bb",))}
+    )
+    assert [c.kind for c in changes] == ["rebuilt"]
+    assert (
+        diff.diff({"x": Pin("x", "1.0", ("sha256:aa",))}, {"x": Pin("x", "1.0", ("sha256:aa",))})
+        == []
+    )
+
+
+def test_format_marks_majors(tmp_path):
+    (tmp_path / "a.txt").write_text(LOCK_A)
+    (tmp_path / "b.txt").write_text(LOCK_B)
+    a, b = diff.load(str(tmp_path / "a.txt")), diff.load(str(tmp_path / "b.txt"))
+    text = diff.format_diff(a, b, diff.diff(a.pins, b.pins))
+    assert "5 changed (2 upgraded, 1 downgraded, 1 added, 1 removed), 1 unchanged" in text
+    assert any(
+        line.split()[:4] == ["numpy", "1.26.4", "->", "2.1.0"] and line.endswith("MAJOR")
+        for line in text.splitlines()
+    )
+    assert "new-thing" in text.split("added:")[1]
+
+
+def test_load_release_and_gitrev(tmp_path):
+    root = tmp_path / "repo"
+    (root / "releases" / "1.0.0").mkdir(parents=True)
+    (root / "releases" / "1.0.0" / "release.toml").write_text('version = "1.0.0"\n')
+    (root / "releases" / "1.0.0" / "cpu.txt").write_text(LOCK_A)
+    assert diff.load("1.0.0", "cpu", root).pins["jax"].version == "0.9.0"
+    assert diff.load("v1.0.0", "cpu", root).label.startswith("1.0.0 (releases/1.0.0/cpu.txt")
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    (root / "releases" / "1.0.0" / "cpu.txt").write_text(LOCK_B)
+    old = diff.load("HEAD:releases/1.0.0/cpu.txt", "cpu", root)
+    assert old.pins["jax"].version == "0.9.0"
+    assert diff.load("1.0.0", "cpu", root).pins["jax"].version == "0.10.2"
+    with pytest.raises(diff.LockSpecError, match="HEAD:nope.txt"):
+        diff.load("HEAD:nope.txt", "cpu", root)
+    with pytest.raises(diff.LockSpecError, match="unknown release '9.9'"):
+        diff.load("9.9", "cpu", root)
+    with pytest.raises(diff.LockSpecError, match="not a release"):
+        diff.load("no/such/file.txt", "cpu", root)
+
+
+def test_cli_usage_error_exits_2(capsys):
+    assert diff.main(["no-such-lock.txt", "9.9.9"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("diff: ") and len(err.strip().splitlines()) == 1
+
+
+def test_cli_on_the_real_releases(capsys):
+    assert diff.main(["1.3.0", "1.4.0"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("1.3.0 (releases/1.3.0/cpu.txt) -> 1.4.0 (releases/1.4.0/cpu.txt)")
+    assert "jax " in out

@@ -1,0 +1,124 @@
+"""pax.releases.readme: the releases tables are generated from release.toml and cannot drift."""
+
+import pytest
+
+from pax.releases import catalog as release
+from pax.releases import readme
+
+ROOT = release.REPO_ROOT
+
+
+def test_releases_readme_has_a_marked_table():
+    assert readme.START in (ROOT / "releases" / "README.md").read_text()
+
+
+@pytest.mark.parametrize("name", readme.FILES)
+def test_committed_tables_equal_the_generated_one(name):
+    """Every marked block equals the table rendered from releases/*/release.toml."""
+    path = ROOT / name
+    text = path.read_text()
+    if readme.START not in text:
+        pytest.skip(f"{name} has no releases table markers")
+    table = readme.releases_table(ROOT)
+    assert readme.blocks(text), f"{name}: unpaired markers"
+    for block in readme.blocks(text):
+        assert block == f"\n\n{table}\n\n", (
+            f"{name}'s releases table differs from releases/*/release.toml; run ./noxw -s readme"
+        )
+    assert readme.refresh(ROOT, [name], check=True) == []
+
+
+def test_table_lists_every_release_newest_first():
+    table = readme.releases_table(ROOT).splitlines()
+    assert table[0] == (
+        "| release | date | branch | jax / jaxlib | flax | optax | "
+        "orbax-checkpoint | tensorstore | Python |"
+    )
+    rows = [line.split(" | ")[0].lstrip("| ") for line in table[2:]]
+    cut = [r.version for r in release.list_releases(ROOT)]
+    assert rows == cut[::-1]
+    newest = release.newest(ROOT)
+    pins = newest.pins
+    assert table[2] == (
+        f"| {newest.version} | {newest.meta['date'].isoformat()} | "
+        f"r{newest.version} | {pins['jax']} / {pins['jaxlib']} | {pins['flax']} | "
+        f"{pins['optax']} | {pins['orbax-checkpoint']} | {pins['tensorstore']} | "
+        f"{newest.python} |"
+    )
+
+
+def test_rewrite_replaces_every_block_and_is_idempotent():
+    text = (
+        f"# A\n{readme.START}\nold table\n{readme.END}\nmiddle\n{readme.START}{readme.END}\nend\n"
+    )
+    once = readme.rewrite_text(text, "| t |")
+    assert once == (
+        f"# A\n{readme.START}\n\n| t |\n\n{readme.END}\nmiddle\n"
+        f"{readme.START}\n\n| t |\n\n{readme.END}\nend\n"
+    )
+    assert readme.rewrite_text(once, "| t |") == once
+    assert readme.rewrite_text("no markers\n", "| t |") == "no markers\n"
+
+
+@pytest.mark.parametrize(
+    "text,problem",
+    [
+        (f"{readme.START}\nx\n", "without"),
+        (f"x\n{readme.END}\n", "unpaired"),
+        (f"{readme.START}\n{readme.START}\n{readme.END}\n", "nested"),
+    ],
+)
+def test_bad_markers_are_refused(text, problem):
+    with pytest.raises(readme.ReadmeError, match=problem):
+        readme.rewrite_text(text, "| t |", "F.md")
+
+
+def test_refresh_rewrites_only_marked_files(tmp_path):
+    for version, jax in (("1.0.0", "0.1.0"), ("1.10.0", "0.2.0"), ("1.2.0", "0.1.5")):
+        d = tmp_path / "releases" / version
+        d.mkdir(parents=True)
+        (d / "release.toml").write_text(
+            f'version = "{version}"\ndate = 2026-01-02\nbranch = "r{version}"\npython = "3.11"\n'
+            f'[versions]\njax = "{jax}"\njaxlib = "{jax}"\nflax = "1"\noptax = "2"\n'
+            f'orbax-checkpoint = "3"\ntensorstore = "4"\n'
+        )
+    (tmp_path / "README.md").write_text(f"top\n{readme.START}\n{readme.END}\n")
+    (tmp_path / "releases" / "README.md").write_text("no markers here\n")
+    assert readme.refresh(tmp_path) == [tmp_path / "README.md"]
+    text = (tmp_path / "README.md").read_text()
+    rows = [ln for ln in text.splitlines() if ln.startswith("| 1.")]
+    assert [r.split(" | ")[0] for r in rows] == ["| 1.10.0", "| 1.2.0", "| 1.0.0"]  # numeric order
+    assert rows[0] == "| 1.10.0 | 2026-01-02 | r1.10.0 | 0.2.0 / 0.2.0 | 1 | 2 | 3 | 4 | 3.11 |"
+    assert (tmp_path / "releases" / "README.md").read_text() == "no markers here\n"
+    assert readme.refresh(tmp_path) == []
+
+
+def test_readme_aot_table_is_rendered_from_docs_aot_json():
+    text = (ROOT / "README.md").read_text()
+    blocks = readme.blocks(text, readme.AOT_START, readme.AOT_END)
+    assert len(blocks) == 1, "README.md needs one aot-table block"
+    assert blocks[0] == f"\n\n{readme.aot_table(ROOT)}\n\n", (
+        "README's compile table differs from docs/aot.json; run ./noxw -s aot (or readme)"
+    )
+
+
+def test_aot_table_rows():
+    row = {
+        "experiment": "tasks.lm.params.c4.X",
+        "params": 2.88e9,
+        "strategy": "spmd",
+        "mesh": {"stage": 4, "data": 4},
+        "devices": 16,
+        "per_device_bytes": 3 * 2**30,
+        "fits": True,
+        "compile_s": 29.4,
+        "pipeline": {"stages": 4, "microbatches": 16, "bubble_fraction": 3 / 19},
+    }
+    lines = readme.render_aot_table([row, {**row, "pipeline": False, "fits": False}]).splitlines()
+    assert lines[2] == (
+        "| X | 2.88B | spmd: stage 4, data 4 (4 stages × 16 microbatches, "
+        "bubble 15.8%) | 16 | 3.0 GiB | fits | 29 s |"
+    )
+    assert (
+        lines[3] == "| X | 2.88B | spmd: stage 4, data 4 | 16 | 3.0 GiB | not by this plan | 29 s |"
+    )

@@ -1,0 +1,96 @@
+"""pax.releases.catalog, and the freeze guard over the committed releases."""
+
+import subprocess
+import sys
+
+import pytest
+
+from pax.releases import catalog as release
+from pax.releases import lockfile
+
+RELEASES = release.list_releases()
+LOCKS = [(r, p) for r in RELEASES for p in release.LOCK_PLATFORMS]
+
+
+def test_releases_are_found_oldest_first():
+    versions = [r.version for r in RELEASES]
+    assert len(versions) >= 2
+    assert versions == sorted(versions, key=release.version_key)
+    assert release.newest().version == versions[-1]
+    assert release.resolve(None).version == versions[-1]
+
+
+def test_resolve_accepts_branch_and_tag_spellings():
+    first = RELEASES[0].version
+    assert release.resolve(first).version == first
+    assert release.resolve("r" + first).version == first
+    assert release.resolve("v" + first).version == first
+
+
+def test_unknown_release_lists_the_known_ones():
+    with pytest.raises(release.UnknownRelease) as err:
+        release.resolve("9.9.9")
+    message = str(err.value)
+    assert "'9.9.9'" in message
+    for r in RELEASES:
+        assert r.version in message
+
+
+def test_unknown_release_in_empty_tree(tmp_path):
+    with pytest.raises(release.UnknownRelease, match="known releases: none"):
+        release.resolve(None, root=tmp_path)
+
+
+def test_looks_like_release():
+    assert release.looks_like_release("1.4.0") and release.looks_like_release("nightly")
+    assert not release.looks_like_release("-k") and not release.looks_like_release("tests/releases")
+
+
+@pytest.mark.parametrize("rel", RELEASES, ids=lambda r: r.version)
+def test_release_toml_is_complete(rel):
+    for key in ("version", "date", "branch", "python", "base_image", "notes", "versions", "locks"):
+        assert key in rel.meta, f"{rel.dir}/release.toml lacks {key}"
+    assert rel.meta["branch"] == f"r{rel.version}"
+    assert rel.dir.name == rel.version
+    assert set(rel.pins) == set(release.HEADLINE)
+
+
+@pytest.mark.parametrize("rel,platform", LOCKS, ids=lambda x: getattr(x, "version", x))
+def test_lock_is_frozen(rel, platform):
+    """A cut release's lockfile must hash to what release.toml recorded."""
+    lock = rel.lockfile(platform)
+    assert lock.is_file(), f"{lock} missing"
+    assert rel.lock_sha256(platform) == rel.recorded_sha256(platform), (
+        f"{lock} changed after release {rel.version} was cut; releases are frozen "
+        "(cut a new release instead, or re-record the sha256 if this is deliberate)"
+    )
+
+
+@pytest.mark.parametrize("rel,platform", LOCKS, ids=lambda x: getattr(x, "version", x))
+def test_lock_pins_headline_versions_with_hashes(rel, platform):
+    pins = lockfile.parse_lockfile(rel.lockfile(platform))
+    assert {n: pins[n].version for n in rel.pins if n in pins} == rel.pins
+    assert all(p.hashes for p in pins.values()), "every pin carries hashes"
+    text = rel.lockfile(platform).read_text()
+    assert "://" not in text and "--index-url" not in text, "no index URLs in a lock"
+
+
+@pytest.mark.parametrize("rel", RELEASES, ids=lambda r: r.version)
+def test_constraints_file_matches_release_toml(rel):
+    lines = [ln for ln in rel.constraints_file.read_text().splitlines() if ln and ln[0] != "#"]
+    assert dict(ln.split("==") for ln in lines) == rel.pins
+
+
+def test_pax_dist_imports_without_jax():
+    """nox imports pax.dist from the tools venv, where jax is absent."""
+    code = (
+        "import sys; sys.modules['jax'] = None; sys.modules['numpy'] = None\n"
+        "import pax.releases.lockfile, pax.releases.catalog, pax.environments.venv, pax.releases.compile\n"
+    )
+    root = str(release.REPO_ROOT)
+    subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        cwd=root,
+        env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"},
+    )
