@@ -15,9 +15,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.bisect.wheels import build_index, build_wheel, sha256, write_lock
 
-from pax.images import cli as images
+from pax.images import build, engine
+from pax.images import wheelhouse as wheelhouse_lib
+from tests.bisect.wheels import build_index, build_wheel, sha256, write_lock
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("PAX_CONTAINER_TESTS") != "1",
@@ -31,10 +32,10 @@ PLATFORM = "tpu"
 
 @pytest.fixture(scope="module")
 def image():
-    images.require_engine()
-    ref = images.image_ref(RELEASE, PLATFORM)
-    if not images.image_exists(ref):
-        images.build(RELEASE, PLATFORM)
+    engine.require_engine()
+    ref = engine.image_ref(RELEASE, PLATFORM)
+    if not engine.image_exists(ref):
+        build.build(RELEASE, PLATFORM)
     return ref
 
 
@@ -119,12 +120,12 @@ def test_hermetic_scenario_in_the_image(image, tmp_path):
 
 
 def test_image_lock_as_good(image, tmp_path):
-    wheelhouse = images.wheelhouse_dir(RELEASE, PLATFORM)
-    lock = images.lock_path(RELEASE, PLATFORM)
+    wheelhouse = wheelhouse_lib.wheelhouse_dir(RELEASE, PLATFORM)
+    lock = wheelhouse_lib.lock_path(RELEASE, PLATFORM)
     try:
-        images.check_wheelhouse(lock, wheelhouse)
-    except images.ImageError:
-        images.prepare_wheelhouse(RELEASE, PLATFORM)
+        wheelhouse_lib.check_wheelhouse(lock, wheelhouse)
+    except engine.ImageError:
+        wheelhouse_lib.prepare_wheelhouse(RELEASE, PLATFORM)
     extra = tmp_path / "extra"
     extra.mkdir()
     breaker = build_wheel(extra, "breaker", "1.0")

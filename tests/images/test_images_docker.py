@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pax.images import cli as images
+from pax import git
+from pax.images import build, publish, smoke, wheelhouse
+from pax.images import engine as image_engine
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("PAX_CONTAINER_TESTS") != "1",
@@ -41,9 +43,9 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def engine():
-    images.require_engine()
-    if not images.image_exists(images.DEFAULT_BASE_IMAGE):
-        pytest.fail(f"{images.DEFAULT_BASE_IMAGE} missing: run ci/base-image.sh")
+    image_engine.require_engine()
+    if not image_engine.image_exists(build.DEFAULT_BASE_IMAGE):
+        pytest.fail(f"{build.DEFAULT_BASE_IMAGE} missing: run ci/base-image.sh")
 
 
 def _registry(tmp_path_factory, readonly: bool):
@@ -79,23 +81,23 @@ def readonly_registry(tmp_path_factory):
 
 def _temp_build_tags():
     out = _docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
-    return [t for t in out if t.startswith(f"{images.IMAGE_REPO}-build:")]
+    return [t for t in out if t.startswith(f"{image_engine.IMAGE_REPO}-build:")]
 
 
 def test_build_smoke_publish_pull(engine, registry, tmp_path):
-    tag = images.build(RELEASE, PLATFORM)
+    tag = build.build(RELEASE, PLATFORM)
     assert tag == f"pax:{RELEASE}-{PLATFORM}"
     assert not _temp_build_tags()
-    lock_sha = images.sha256_file(images.lock_path(RELEASE, PLATFORM))
+    lock_sha = wheelhouse.sha256_file(wheelhouse.lock_path(RELEASE, PLATFORM))
     info = json.loads(_docker("image", "inspect", tag).stdout)[0]
     labels, config = info["Config"]["Labels"], info["Config"]
     assert labels["org.opencontainers.image.version"] == RELEASE
     assert labels["io.pax.lock.sha256"] == lock_sha
-    assert labels["org.opencontainers.image.revision"].startswith(images.revision()[:40])
+    assert labels["org.opencontainers.image.revision"].startswith(git.revision()[:40])
     assert labels["org.opencontainers.image.created"]
     env = dict(e.split("=", 1) for e in config["Env"])
     assert env["PAX_RELEASE"] == RELEASE and env["PAX_LOCK_SHA256"] == lock_sha
-    assert env["PAX_LOCKFILE"] == images.LOCK_IN_IMAGE
+    assert env["PAX_LOCKFILE"] == image_engine.LOCK_IN_IMAGE
     assert config["User"] not in ("", "0", "root", "0:0")
     assert config["Entrypoint"] == ["python", "-m", "pax.main"]
     # Only the runtime: no pip, no wheelhouse, no build tools; the lock is baked in.
@@ -115,14 +117,14 @@ def test_build_smoke_publish_pull(engine, registry, tmp_path):
     assert "pip" not in probe and "python" in probe
     assert lock_sha in probe
 
-    result = images.smoke(RELEASE, PLATFORM, keep=tmp_path / "smoke")
+    result = smoke.smoke(RELEASE, PLATFORM, keep=tmp_path / "smoke")
     assert result["last_loss"] < result["first_loss"]
     manifest = json.loads((tmp_path / "smoke" / "job" / "manifest.json").read_text())
     assert manifest["release"] == RELEASE and manifest["lock_sha256"] == lock_sha
 
-    published = images.publish(RELEASE, PLATFORM, registry)
+    published = publish.publish(RELEASE, PLATFORM, registry)
     digest = published["digest"]
-    assert images.registry_digest(registry, "pax", f"latest-{PLATFORM}") == digest
+    assert publish.registry_digest(registry, "pax", f"latest-{PLATFORM}") == digest
     assert "pax-verify: ok" in published["verify"]
 
     # A real pull: drop the local image, fetch it back by digest, check it is the same image.
@@ -132,16 +134,16 @@ def test_build_smoke_publish_pull(engine, registry, tmp_path):
         pulled = f"{registry}/pax@{digest}"
         _docker("pull", pulled)
         assert _docker("image", "inspect", "-f", "{{.Id}}", pulled).stdout.strip() == image_id
-        assert "pax-verify: ok" in images.verify_in_image(pulled)
+        assert "pax-verify: ok" in image_engine.verify_in_image(pulled)
     finally:
-        if not images.image_exists(tag):
+        if not image_engine.image_exists(tag):
             _docker("tag", f"{registry}/pax@{digest}", tag, check=False)
         _docker("rmi", f"{registry}/pax@{digest}", check=False)
-    assert images.image_exists(tag)
+    assert image_engine.image_exists(tag)
 
 
 def test_tampered_wheelhouse_fails_and_tags_nothing(engine, tmp_path):
-    good = images.prepare_wheelhouse(RELEASE, PLATFORM)
+    good = wheelhouse.prepare_wheelhouse(RELEASE, PLATFORM)
     bad = tmp_path / "wheelhouse"
     bad.mkdir()
     wheels = sorted(good.glob("*.whl"), key=lambda p: p.stat().st_size)
@@ -157,13 +159,13 @@ def test_tampered_wheelhouse_fails_and_tags_nothing(engine, tmp_path):
     _docker("rmi", tag, check=False)
 
     # The host-side check refuses first...
-    with pytest.raises(images.ImageError, match=f"wheel hash mismatch: {victim.name}"):
-        images.build(RELEASE, PLATFORM, tag=tag, wheelhouse=bad)
+    with pytest.raises(image_engine.ImageError, match=f"wheel hash mismatch: {victim.name}"):
+        build.build(RELEASE, PLATFORM, tag=tag, wheelhouse=bad)
     # ...and pip's --require-hashes inside the build refuses too, when the host check is skipped.
-    with pytest.raises(images.ImageError, match="wheel hash mismatch: pip refused") as e:
-        images.build(RELEASE, PLATFORM, tag=tag, wheelhouse=bad, check_hashes=False)
+    with pytest.raises(image_engine.ImageError, match="wheel hash mismatch: pip refused") as e:
+        build.build(RELEASE, PLATFORM, tag=tag, wheelhouse=bad, check_hashes=False)
     assert "no image tagged" in str(e.value)
-    assert not images.image_exists(tag)
+    assert not image_engine.image_exists(tag)
     assert not _temp_build_tags()
 
     r = subprocess.run(
@@ -187,13 +189,15 @@ def test_tampered_wheelhouse_fails_and_tags_nothing(engine, tmp_path):
     assert r.returncode == 1
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("pax images: error:")]
     assert len(errors) == 1 and "wheel hash mismatch" in errors[0], r.stderr
-    assert not images.image_exists(tag)
+    assert not image_engine.image_exists(tag)
 
 
 def test_registry_refusing_the_push(engine, readonly_registry):
-    if not images.image_exists(images.image_ref(RELEASE, PLATFORM)):
-        images.build(RELEASE, PLATFORM)
-    with pytest.raises(images.ImageError, match=f"registry {readonly_registry} refused the push"):
-        images.publish(RELEASE, PLATFORM, readonly_registry)
+    if not image_engine.image_exists(image_engine.image_ref(RELEASE, PLATFORM)):
+        build.build(RELEASE, PLATFORM)
+    with pytest.raises(
+        image_engine.ImageError, match=f"registry {readonly_registry} refused the push"
+    ):
+        publish.publish(RELEASE, PLATFORM, readonly_registry)
     leftover = _docker("images", "--format", "{{.Repository}}").stdout.split()
     assert f"{readonly_registry}/pax" not in leftover

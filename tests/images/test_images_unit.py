@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pax.images import cli as images
+from pax.images import engine, publish, smoke, wheelhouse
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,15 +37,15 @@ def _wheel(directory: Path, name: str, version: str, payload: bytes) -> str:
 
 def test_unknown_release_and_platform(release_dir):
     with pytest.raises(
-        images.ImageError, match=r"unknown release '1\.2\.3'.*known releases: 9\.0\.0"
+        engine.ImageError, match=r"unknown release '1\.2\.3'.*known releases: 9\.0\.0"
     ) as e:
-        images.lock_path("1.2.3", "tpu")
+        wheelhouse.lock_path("1.2.3", "tpu")
     assert e.value.usage
-    with pytest.raises(images.ImageError, match="unknown image platform 'cpu'.*tpu, gpu") as e:
-        images.lock_path("9.0.0", "cpu")
+    with pytest.raises(engine.ImageError, match="unknown image platform 'cpu'.*tpu, gpu") as e:
+        wheelhouse.lock_path("9.0.0", "cpu")
     assert e.value.usage
-    with pytest.raises(images.ImageError, match="has no tpu lockfile"):
-        images.lock_path("9.0.0", "tpu")
+    with pytest.raises(engine.ImageError, match="has no tpu lockfile"):
+        wheelhouse.lock_path("9.0.0", "tpu")
 
 
 def test_frozen_lock_sha_is_enforced(release_dir):
@@ -53,8 +53,8 @@ def test_frozen_lock_sha_is_enforced(release_dir):
     (release_dir / "release.toml").write_text(
         'version = "9.0.0"\n[locks]\ntpu = "' + "b" * 64 + '"\n'
     )
-    with pytest.raises(images.ImageError, match="releases are frozen"):
-        images.lock_path("9.0.0", "tpu")
+    with pytest.raises(engine.ImageError, match="releases are frozen"):
+        wheelhouse.lock_path("9.0.0", "tpu")
 
 
 def test_check_wheelhouse(tmp_path, release_dir):
@@ -64,17 +64,17 @@ def test_check_wheelhouse(tmp_path, release_dir):
     b = _wheel(wh, "mdurl", "0.1.2", b"mdurl")
     lock = release_dir / "tpu.txt"
     lock.write_text(_lock_text([("absl-py", "2.1.0", a), ("mdurl", "0.1.2", b)]))
-    images.check_wheelhouse(lock, wh)  # exact match passes
+    wheelhouse.check_wheelhouse(lock, wh)  # exact match passes
     (wh / "mdurl-0.1.2-py3-none-any.whl").write_bytes(b"mdurl, tampered")
-    with pytest.raises(images.ImageError, match="wheel hash mismatch: mdurl-0.1.2"):
-        images.check_wheelhouse(lock, wh)
+    with pytest.raises(engine.ImageError, match="wheel hash mismatch: mdurl-0.1.2"):
+        wheelhouse.check_wheelhouse(lock, wh)
     (wh / "mdurl-0.1.2-py3-none-any.whl").unlink()
-    with pytest.raises(images.ImageError, match="lacks wheels for mdurl"):
-        images.check_wheelhouse(lock, wh)
+    with pytest.raises(engine.ImageError, match="lacks wheels for mdurl"):
+        wheelhouse.check_wheelhouse(lock, wh)
     _wheel(wh, "mdurl", "0.1.2", b"mdurl")
     _wheel(wh, "extra_pkg", "1.0", b"x")
-    with pytest.raises(images.ImageError, match="not in .*extra-pkg"):
-        images.check_wheelhouse(lock, wh)
+    with pytest.raises(engine.ImageError, match="not in .*extra-pkg"):
+        wheelhouse.check_wheelhouse(lock, wh)
 
 
 def test_cli_one_line_usage_error(release_dir):
@@ -94,17 +94,17 @@ def test_cli_one_line_usage_error(release_dir):
 def test_missing_engine_is_one_clear_line(release_dir, monkeypatch):
     (release_dir / "tpu.txt").write_text(_lock_text([("absl-py", "2.1.0", "a" * 64)]))
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    with pytest.raises(images.ImageError, match="no Docker engine answers"):
-        images.require_engine()
+    with pytest.raises(engine.ImageError, match="no Docker engine answers"):
+        engine.require_engine()
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(images.ImageError, match="no docker command on PATH"):
-        images.smoke("9.0.0", "tpu")
+    with pytest.raises(engine.ImageError, match="no docker command on PATH"):
+        smoke.smoke("9.0.0", "tpu")
 
 
 def test_bad_registry_argument(release_dir):
     (release_dir / "tpu.txt").write_text(_lock_text([("absl-py", "2.1.0", "a" * 64)]))
-    with pytest.raises(images.ImageError, match="bad --registry"):
-        images.publish("9.0.0", "tpu", "http://127.0.0.1:5000/")
+    with pytest.raises(engine.ImageError, match="bad --registry"):
+        publish.publish("9.0.0", "tpu", "http://127.0.0.1:5000/")
 
 
 def test_images_module_imports_without_jax():
