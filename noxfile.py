@@ -10,6 +10,7 @@ against it before each use (pax.environments.venv). Sessions themselves get no n
   ./noxw -s bench -- [RELEASE] [--json FILE]             trainer vs minimal loop, MFU, I/O
   ./noxw -s data  -- [RELEASE] sample|spm|inspect ...     C4 shards, SentencePiece, inspection
   ./noxw -s lock  -- RELEASE|nightly|tools [PLATFORM...]   recompile lockfiles
+  ./noxw -s env   -- [RELEASE] [PLATFORM] [--json]        the env's identity and drift (pax env)
 """
 
 from __future__ import annotations
@@ -92,6 +93,23 @@ def train(session: nox.Session) -> None:
     session.log(f"job dir: {job_dir}")
     for path in metrics or [job_dir / "metrics.jsonl (not written)"]:
         session.log(f"metrics: {path}")
+
+
+@nox.session(venv_backend="none")
+def env(session: nox.Session) -> None:
+    """A release env's identity and drift: `env -- [RELEASE] [PLATFORM] [--json]` (python -m pax
+    env in it; exit 0 when it is exactly its lock)."""
+    args = list(session.posargs)
+    release = _release(session, args)
+    platform = args.pop(0) if args and args[0] in dist_release.LOCK_PLATFORMS else "cpu"
+    path = dist_venv.env_path(release, platform)
+    # An env that is there is described as it is (a drifted one shows its drift table, where
+    # building would stop at the mismatch); a missing one is built first.
+    python = path / "bin" / "python" if path.exists() else _env(session, release, platform).python
+    # Only the repo on the path, no PAX_* variables: what a run started by hand from it sees.
+    session.run(
+        str(python), "-m", "pax", "env", *args, env={"PYTHONPATH": str(ROOT)}, external=True
+    )
 
 
 @nox.session(venv_backend="none")

@@ -40,11 +40,14 @@ else
   [ -x "$ENV_DIR/bin/python" ] \
     || die "no $PLATFORM env for release $RELEASE at $ENV_DIR; build it with" \
            "'./noxw -s train -- $RELEASE $PLATFORM' (it builds the env first), or set PAX_PYTHON"
-  [ "$(cat "$ENV_DIR/pax-lock.sha256" 2>/dev/null)" = "$(sha256sum "$LOCK" | cut -d' ' -f1)" ] \
-    || die "$ENV_DIR does not match $LOCK; rebuild it:" \
-           "rm -r $ENV_DIR && ./noxw -s train -- $RELEASE $PLATFORM"
+  # The env's identity file names its release and lock (the manifest reads it); `pax env`
+  # exits 0 only when the env is exactly that lock.
+  (cd "$ROOT" && "$ENV_DIR/bin/python" -m pax env >/dev/null) \
+    && [ "$("$ENV_DIR/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["lock_sha256"])' \
+          < "$ENV_DIR/pax-env.json")" = "$(sha256sum "$LOCK" | cut -d' ' -f1)" ] \
+    || die "$ENV_DIR does not match $LOCK ('cd $ROOT && $ENV_DIR/bin/python -m pax env' says" \
+           "how); rebuild it: rm -r $ENV_DIR && ./noxw -s train -- $RELEASE $PLATFORM"
   PYTHON="$ENV_DIR/bin/python"
-  export PAX_RELEASE="$RELEASE" PAX_PLATFORM="$PLATFORM" PAX_LOCKFILE="$LOCK"
 fi
 
 if [ -z "${XLA_FLAGS+x}" ]; then

@@ -10,6 +10,7 @@ import sys
 
 from absl import app, flags, logging
 
+from pax import envinfo
 from pax.checkpoint.manager import CheckpointError
 from pax.errors import UsageError
 from pax.experiments import overrides, registry
@@ -89,6 +90,10 @@ def main(argv):
     experiment_cls = overrides.apply(registered, _SET.value + flag_sets)
     distributed.initialize(_SERVER_ADDR.value, _NUM_HOSTS.value, _HOST_IDX.value)
     run = loop.prepare(experiment_cls())
+    # The run's first log line (once its input is known good: bad input stays one line) names
+    # the environment, and says so loudly when it is not exactly a release lock.
+    env = envinfo.describe()
+    (logging.info if env["state"] == "exact" else logging.warning)("%s", envinfo.summary(env))
     if _MODE.value == "eval":
         loop.evaluate(run, _JOB_LOG_DIR.value, name)
     else:

@@ -2,8 +2,10 @@
 
 Built from the release's lockfile alone (`pip install --require-hashes --no-deps`), so it
 holds exactly the lock: no pip, no setuptools, not even pax itself (sessions put the repo on
-PYTHONPATH). A stamp holding the lock's sha256 is written only after the env verifies; a
-missing or stale stamp means the env is rebuilt from scratch.
+PYTHONPATH). Its identity file (pax.envinfo: release, platform, lockfile, lock sha256, locked
+versions) is written only after the env verifies, and is what the trainer's manifest and
+`python -m pax env` read, however the interpreter is started. An identity naming another lock,
+or none, means the env is rebuilt from scratch; an env verified against its lock on every reuse.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ import sys
 import time
 from pathlib import Path
 
-from pax.environments.pip import installed_versions, pip_env
+from pax import envinfo
+from pax.environments.pip import installed_versions, pip_env, pip_python
 from pax.releases import lockfile
 from pax.releases.catalog import REPO_ROOT, Release
 
-STAMP = "pax-lock.sha256"
+# What envs made before the identity file carry: the lock's sha256 alone. Such an env is
+# verified and given an identity instead of being rebuilt (.venv is shared by checkouts).
+LEGACY_STAMP = "pax-lock.sha256"
 
 
 class EnvMismatch(RuntimeError):
@@ -42,12 +47,9 @@ class Env:
         return self.path / "bin" / "python"
 
     def session_env(self, root: Path | None = None) -> dict[str, str]:
-        """Variables a session exports: the trainer's manifest records the first three."""
+        """Variables a session exports. Not the PAX_RELEASE family: the env's identity file says
+        which release it is, so a session's run records what a direct run records."""
         return {
-            "PAX_RELEASE": self.release.version,
-            "PAX_LOCKFILE": str(self.lockfile.resolve()),
-            "PAX_LOCK_SHA256": self.sha256,
-            "PAX_PLATFORM": self.platform,
             "PYTHONPATH": str((root or REPO_ROOT).resolve()),
             "VIRTUAL_ENV": str(self.path),
             "PATH": f"{self.path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -61,17 +63,55 @@ def env_path(release: Release, platform: str, root: Path | None = None) -> Path:
 def diff(installed: dict[str, str], locked: dict[str, str]) -> list[str]:
     """Readable differences, one line each; empty when the env equals the lock."""
     lines = []
-    for name in sorted(set(installed) | set(locked)):
-        have, want = installed.get(name), locked.get(name)
-        if have == want:
-            continue
-        if have is None:
+    for row in envinfo.differences(installed, locked):
+        name, have, want = row["package"], row["installed"], row["locked"]
+        if row["kind"] == "missing":
             lines.append(f"  missing     {name}=={want}  (in lock, not installed)")
-        elif want is None:
+        elif row["kind"] == "extra":
             lines.append(f"  unexpected  {name}=={have}  (installed, not in lock)")
         else:
             lines.append(f"  version     {name}: installed {have}, lock {want}")
     return lines
+
+
+def identity(env: Env) -> envinfo.Identity:
+    """What the env records about itself (pax.envinfo reads it)."""
+    return envinfo.Identity(
+        release=env.release.version,
+        platform=env.platform,
+        lockfile=str(env.lockfile.resolve()),
+        lock_sha256=env.sha256,
+        python=env.release.python,
+        locked=lockfile.versions(lockfile.parse_lockfile(env.lockfile)),
+    )
+
+
+def write_identity(env: Env) -> Path:
+    """Write the identity file whole or not at all (a reader never sees half of one)."""
+    path = envinfo.identity_path(env.path)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(identity(env).to_json())
+    os.replace(partial, path)
+    return path
+
+
+def _names_this_lock(env: Env) -> bool:
+    """Whether the env at env.path was built from env's lock (its identity, or a legacy stamp)."""
+    if not env.python.exists():
+        return False
+    try:
+        found = envinfo.read_identity(env.path)
+    except envinfo.IdentityError:
+        return False
+    if found is not None:
+        # Not the lockfile's path: checkouts sharing one .venv see it at different paths.
+        return (found.release, found.platform, found.lock_sha256) == (
+            env.release.version,
+            env.platform,
+            env.sha256,
+        )
+    stamp = env.path / LEGACY_STAMP
+    return stamp.is_file() and stamp.read_text().strip() == env.sha256
 
 
 def verify(env: Env, log=print) -> None:
@@ -94,8 +134,9 @@ def verify(env: Env, log=print) -> None:
 
 
 def _pip(python: Path, *args: str) -> list[str]:
-    # The tools venv's pip drives the target interpreter, so the env itself needs no pip.
-    return [sys.executable, "-m", "pip", "--python", str(python), "--no-input", *args]
+    # An interpreter that has pip (the tools venv's, under nox) drives the target one, so the
+    # env itself needs no pip.
+    return [pip_python(), "-m", "pip", "--python", str(python), "--no-input", *args]
 
 
 @contextlib.contextmanager
@@ -130,9 +171,10 @@ def _ensure(release: Release, platform: str, root: Path | None, log) -> Env:
     sha = lockfile.sha256_file(lock)
     path = env_path(release, platform, root)
     env = Env(release, platform, path, lock, sha)
-    stamp = path / STAMP
-    if stamp.is_file() and stamp.read_text().strip() == sha and env.python.exists():
+    if _names_this_lock(env):
         verify(env, log)
+        if envinfo.read_identity(path) is None:  # made before identity files: give it one
+            write_identity(env)
         return env
     if path.exists():
         log(f"env {path.name}: lock changed or env incomplete; rebuilding")
@@ -149,6 +191,6 @@ def _ensure(release: Release, platform: str, root: Path | None, log) -> Env:
             env=pip_env(),
         )
     verify(env, log)
-    stamp.write_text(sha + "\n")
+    write_identity(env)
     log(f"env {path.name}: built in {time.monotonic() - started:.0f}s")
     return env

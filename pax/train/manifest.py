@@ -1,16 +1,18 @@
 """The environment manifest: enough to trace a curve back to the environment that made it.
 
-The release and its lockfile come from PAX_RELEASE / PAX_LOCKFILE, which the nox sessions and
-the images set when they install from a release lock; the lock's sha256 is recomputed here.
+Which environment is pax.envinfo's answer: the identity file a pinned env or image carries
+(found from sys.prefix, so a run started by nox, by the image, by a Slurm venv runtime or by
+hand from `.venv/pax-<release>-<platform>/bin/python` records the same), PAX_RELEASE /
+PAX_PLATFORM / PAX_LOCKFILE / PAX_LOCK_SHA256 overriding it, and the drift of the installed set
+from the lock (or, unpinned, from the nearest release lock) under `env`.
 """
 
-import hashlib
 import importlib.metadata
 import os
 import platform
 import sys
 
-from pax import git
+from pax import envinfo, git
 
 HEADLINE_PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "tensorstore", "numpy")
 
@@ -20,26 +22,23 @@ def _git_revision():
     return os.environ.get("PAX_GIT_REVISION") or git.revision()
 
 
-def release_info() -> dict:
-    lockfile = os.environ.get("PAX_LOCKFILE")
-    info = {
-        "release": os.environ.get("PAX_RELEASE"),
-        "lockfile": lockfile,
-        "lock_sha256": None,
+def release_info(env: dict | None = None) -> dict:
+    """The manifest's top-level identity fields; env is envinfo.describe()'s answer."""
+    env = envinfo.describe() if env is None else env
+    return {
+        "release": env["release"],
+        "lockfile": env["lockfile"],
+        "lock_sha256": env["lock_sha256"],
         "image": os.environ.get("PAX_IMAGE"),
     }
-    if lockfile and os.path.isfile(lockfile):
-        with open(
-            lockfile, "rb"
-        ) as f:  # not pax.releases: the trainer imports no distribution code
-            info["lock_sha256"] = hashlib.file_digest(f, "sha256").hexdigest()
-    return info
 
 
-def environment(devices, mesh, peak: dict) -> dict:
+def environment(devices, mesh, peak: dict, env: dict | None = None) -> dict:
+    env = envinfo.describe() if env is None else env
     packages = {d.metadata["Name"].lower(): d.version for d in importlib.metadata.distributions()}
     return {
-        **release_info(),
+        **release_info(env),
+        "env": env,
         "git_revision": _git_revision(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),

@@ -4,7 +4,9 @@ import os
 import subprocess
 import sys
 
+from pax import envinfo
 from pax.environments import venv
+from pax.releases.catalog import Release
 
 
 def test_diff_equal_is_empty():
@@ -50,3 +52,46 @@ def test_installed_versions_of_a_bare_venv(tmp_path):
     assert venv.diff(installed, {"numpy": "2.4.0"}) == [
         "  missing     numpy==2.4.0  (in lock, not installed)"
     ]
+
+
+def _release(tmp_path, lock_text=""):
+    """A release whose cpu lock holds nothing: its env is a bare venv, built in a second."""
+    directory = tmp_path / "releases" / "9.9.9"
+    directory.mkdir(parents=True)
+    (directory / "cpu.txt").write_text(lock_text)
+    return Release("9.9.9", directory, {"python": "3.11"})
+
+
+def test_ensure_writes_the_identity_and_reuses_an_env_that_has_it(tmp_path):
+    release = _release(tmp_path)
+    env = venv.ensure(release, "cpu", root=tmp_path, log=lambda *_: None)
+    found = envinfo.read_identity(env.path)
+    assert found == envinfo.Identity(
+        "9.9.9", "cpu", str(release.lockfile("cpu")), env.sha256, "3.11", {}
+    )
+    assert not (env.path / venv.LEGACY_STAMP).exists()
+    marker = env.path / "marker"
+    marker.touch()
+    assert venv.ensure(release, "cpu", root=tmp_path, log=lambda *_: None) == env
+    assert marker.exists()  # reused, not rebuilt
+
+
+def test_an_env_made_before_identity_files_is_given_one_not_rebuilt(tmp_path):
+    release = _release(tmp_path)
+    env = venv.ensure(release, "cpu", root=tmp_path, log=lambda *_: None)
+    envinfo.identity_path(env.path).unlink()
+    (env.path / venv.LEGACY_STAMP).write_text(env.sha256 + "\n")
+    (env.path / "marker").touch()
+    venv.ensure(release, "cpu", root=tmp_path, log=lambda *_: None)
+    assert (env.path / "marker").exists()
+    assert envinfo.read_identity(env.path).lock_sha256 == env.sha256
+
+
+def test_an_identity_naming_another_lock_means_a_rebuild(tmp_path):
+    release = _release(tmp_path)
+    env = venv.ensure(release, "cpu", root=tmp_path, log=lambda *_: None)
+    (env.path / "marker").touch()
+    release.lockfile("cpu").write_text("# relocked: still empty, another sha256\n")
+    rebuilt = venv.ensure(release, "cpu", root=tmp_path, log=lambda *_: None)
+    assert rebuilt.sha256 != env.sha256 and not (env.path / "marker").exists()
+    assert envinfo.read_identity(env.path).lock_sha256 == rebuilt.sha256

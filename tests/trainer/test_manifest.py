@@ -1,25 +1,32 @@
 import hashlib
 
+from pax import envinfo
 from pax.train import manifest
 
 
-def test_release_and_lock_come_from_the_environment(tmp_path, monkeypatch):
+def test_release_and_lock_come_from_the_environment_variables(tmp_path):
     lock = tmp_path / "cpu.txt"
     lock.write_text("jax==0.10.2 \\\n    --hash=sha256:00\n")
-    monkeypatch.setenv("PAX_RELEASE", "1.4.0")
-    monkeypatch.setenv("PAX_LOCKFILE", str(lock))
-    info = manifest.release_info()
+    env = envinfo.describe(
+        environ={"PAX_RELEASE": "1.4.0", "PAX_LOCKFILE": str(lock)},
+        prefix=tmp_path,
+        have={"jax": "0.10.2"},
+        locks=(),
+    )
+    info = manifest.release_info(env)
     assert info["release"] == "1.4.0"
     assert info["lockfile"] == str(lock)
     assert info["lock_sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest()
+    assert env["state"] == "exact" and env["overridden_by"] == ["PAX_RELEASE", "PAX_LOCKFILE"]
 
 
-def test_outside_a_release_the_fields_are_null(monkeypatch):
-    for var in ("PAX_RELEASE", "PAX_LOCKFILE", "PAX_IMAGE"):
-        monkeypatch.delenv(var, raising=False)
-    assert manifest.release_info() == {
+def test_outside_a_release_the_fields_are_null(tmp_path):
+    # No identity file at the prefix, no PAX_* variables, no release lock to match.
+    env = envinfo.describe(environ={}, prefix=tmp_path, have={"jax": "0.10.2"}, locks=())
+    assert manifest.release_info(env) | {"image": None} == {
         "release": None,
         "lockfile": None,
         "lock_sha256": None,
         "image": None,
     }
+    assert env["state"] == "unpinned" and env["nearest"] is None

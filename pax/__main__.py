@@ -1,0 +1,27 @@
+"""`python -m pax COMMAND`: commands that answer without importing jax (they work in a broken
+or half-installed environment, and inside the images).
+
+  env [--json]    which environment this is: its release identity and any drift from its lock
+"""
+
+import sys
+
+from pax import envinfo
+
+COMMANDS = {"env": envinfo.main}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return 0
+    if not argv or argv[0] not in COMMANDS:
+        given = f"unknown command {argv[0]!r}" if argv else "no command"
+        print(f"python -m pax: error: {given}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    return COMMANDS[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,413 @@
+"""Which environment is this? The identity a pinned env or image carries, and its drift.
+
+Every pinned environment (`.venv/pax-<release>-<platform>`, the images' `/opt/venv`) holds one
+small file, `pax-env.json`, next to `pyvenv.cfg` (so it is found from `sys.prefix`, however the
+interpreter was started): the release, the lock platform, the lockfile, its sha256 and the
+locked versions. The distribution side writes it when it builds the env (pax.environments.venv,
+pax.images.build); this module only reads it, so the trainer can too: stdlib only, no jax, no
+distribution code.
+
+PAX_RELEASE, PAX_PLATFORM, PAX_LOCKFILE and PAX_LOCK_SHA256 still override the file's fields.
+
+Drift: the installed set (the first distribution of each name on sys.path, i.e. what `import`
+loads) is compared with the lock the env names, and with every release lock this checkout or
+wheel carries, to name the nearest release and platform and the differences.
+
+`python -m pax env [--json]` prints all of it; exit 0 when the environment is exactly a release
+lock, 1 when it is not, 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+IDENTITY_FILE = "pax-env.json"
+FORMAT = "pax-env/1"
+OVERRIDES = ("PAX_RELEASE", "PAX_PLATFORM", "PAX_LOCKFILE", "PAX_LOCK_SHA256")
+# pax itself is never in a lock: images install its wheel next to the lock, checkouts put it on
+# PYTHONPATH. Its version is reported apart.
+SELF = "pax"
+PLATFORM_ORDER = ("cpu", "tpu", "gpu")
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_NAME_RE = re.compile(r"[-_.]+")
+_PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*([^\s;\\]+)")
+_RELEASE_DIR_RE = re.compile(r"^\d+(\.\d+)*$")
+
+
+class IdentityError(ValueError):
+    """A pax-env.json that cannot be read as one."""
+
+
+def canonicalize(name: str) -> str:
+    """PEP 503 name: `Orbax_Checkpoint` -> `orbax-checkpoint`."""
+    return _NAME_RE.sub("-", name).lower()
+
+
+def lock_versions(text: str) -> dict[str, str]:
+    """name -> version of a pip-compile lockfile (hashes, options and comments skipped).
+
+    The strict reader (hashes, errors per line) is pax.releases.lockfile; the trainer may not
+    import it, and needs only the versions. tests/trainer/test_envinfo.py checks both agree on
+    every release lock."""
+    pins = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        match = _PIN_RE.match(line)
+        if match:
+            pins[canonicalize(match.group(1))] = match.group(3)
+    return pins
+
+
+def sha256_file(path: str | Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def installed(path: list[str] | None = None) -> dict[str, str]:
+    """name -> version of what this interpreter imports: the first distribution of each name
+    along sys.path (a later copy of the same name is shadowed, as it is for `import`)."""
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions(path=sys.path if path is None else path):
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(canonicalize(name), dist.version)
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    """What a pinned environment was built from."""
+
+    release: str
+    platform: str
+    lockfile: str
+    lock_sha256: str
+    python: str
+    locked: dict[str, str]
+
+    def to_json(self) -> str:
+        body = {"format": FORMAT, **dataclasses.asdict(self)}
+        body["locked"] = dict(sorted(self.locked.items()))
+        return json.dumps(body, indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, source: str = IDENTITY_FILE) -> Identity:
+        try:
+            body = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise IdentityError(f"{source}: not JSON ({e})") from None
+        if not isinstance(body, dict) or body.get("format") != FORMAT:
+            raise IdentityError(f"{source}: not a {FORMAT} file")
+        fields = [f.name for f in dataclasses.fields(cls)]
+        missing = [name for name in fields if name not in body]
+        if missing:
+            raise IdentityError(f"{source}: missing {', '.join(missing)}")
+        if not isinstance(body["locked"], dict):
+            raise IdentityError(f"{source}: locked is not a name -> version table")
+        return cls(**{name: body[name] for name in fields})
+
+
+def identity_path(prefix: str | Path | None = None) -> Path:
+    return Path(sys.prefix if prefix is None else prefix) / IDENTITY_FILE
+
+
+def read_identity(prefix: str | Path | None = None) -> Identity | None:
+    """The identity of the environment at prefix (default: this interpreter's), or None."""
+    path = identity_path(prefix)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise IdentityError(f"{path}: {e.strerror}") from None
+    return Identity.from_json(text, str(path))
+
+
+@dataclasses.dataclass(frozen=True)
+class Lock:
+    """One release lock: what a (release, platform) environment holds."""
+
+    release: str
+    platform: str
+    path: str
+    sha256: str
+    versions: dict[str, str]
+
+
+def releases_dir() -> Path | None:
+    """Where the release locks are: $PAX_RELEASES_DIR, a checkout's releases/, or the copy a
+    pax wheel carries (pax/_releases, written by pax.images.build)."""
+    override = os.environ.get("PAX_RELEASES_DIR")
+    for candidate in (override, _PACKAGE_DIR.parent / "releases", _PACKAGE_DIR / "_releases"):
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate)
+    return None
+
+
+def _version_key(name: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in name.split("."))
+
+
+@functools.cache
+def _catalog(directory: str) -> tuple[Lock, ...]:
+    locks = []
+    for release in Path(directory).iterdir():
+        if not (release.is_dir() and _RELEASE_DIR_RE.match(release.name)):
+            continue  # nightly and friends are not releases
+        for platform in PLATFORM_ORDER:
+            path = release / f"{platform}.txt"
+            if path.is_file():
+                data = path.read_bytes()
+                locks.append(
+                    Lock(
+                        release.name,
+                        platform,
+                        str(path),
+                        hashlib.sha256(data).hexdigest(),
+                        lock_versions(data.decode()),
+                    )
+                )
+    return tuple(locks)
+
+
+def catalog(directory: Path | None = None) -> tuple[Lock, ...]:
+    """Every release lock found (see releases_dir); empty when none is."""
+    directory = directory or releases_dir()
+    return _catalog(str(directory)) if directory else ()
+
+
+def differences(have: dict[str, str], locked: dict[str, str]) -> list[dict]:
+    """What separates an installed set from a lock, one row per package, by name. `locked` is
+    None for an extra package, `installed` None for a missing one. pax itself is left out."""
+    rows = []
+    for name in sorted((set(have) | set(locked)) - {SELF}):
+        want, got = locked.get(name), have.get(name)
+        if want != got:
+            kind = "extra" if want is None else "missing" if got is None else "changed"
+            rows.append({"package": name, "locked": want, "installed": got, "kind": kind})
+    return rows
+
+
+def nearest(have: dict[str, str], locks, prefer_platform: str | None = None):
+    """(lock, differences, tied) for the lock with the fewest differences from `have`; ties go
+    to the preferred platform, then the newest release, and the others at the same distance are
+    `tied` (releases can share a lock's set: 1.6.0 changed only the cpu lock). None without locks."""
+    ranked = []
+    for lock in locks:
+        rows = differences(have, lock.versions)
+        newest_first = [-n for n in _version_key(lock.release)]
+        ranked.append(((len(rows), lock.platform != prefer_platform, newest_first), lock, rows))
+    if not ranked:
+        return None
+    ranked.sort(key=lambda item: item[0])
+    _, lock, rows = ranked[0]
+    tied = [other for key, other, _ in ranked[1:] if key[0] == len(rows)]
+    return lock, rows, tied
+
+
+def describe(
+    environ: dict | None = None,
+    prefix: str | Path | None = None,
+    have: dict[str, str] | None = None,
+    locks=None,
+) -> dict:
+    """The environment's identity and drift, as manifest.json and `pax env --json` record it.
+
+    state: `exact` (the installed set is a release lock), `drifted` (the env names a lock and
+    differs from it) or `unpinned` (it names none, and equals no release lock)."""
+    environ = os.environ if environ is None else environ
+    prefix = Path(sys.prefix if prefix is None else prefix)
+    have = installed() if have is None else have
+    notes = []
+    try:
+        ident = read_identity(prefix)
+    except IdentityError as e:
+        ident = None
+        notes.append(f"ignored {e}")
+    named = {
+        "release": ident.release if ident else None,
+        "platform": ident.platform if ident else None,
+        "lockfile": ident.lockfile if ident else None,
+        "lock_sha256": ident.lock_sha256 if ident else None,
+    }
+    locked = dict(ident.locked) if ident else None
+    overridden = [var for var in OVERRIDES if environ.get(var)]
+    for var in overridden:
+        named[var[len("PAX_") :].lower()] = environ[var]
+    if "PAX_LOCKFILE" in overridden:
+        lockfile = environ["PAX_LOCKFILE"]
+        try:
+            data = Path(lockfile).read_bytes()
+        except OSError as e:
+            notes.append(f"PAX_LOCKFILE {lockfile}: {e.strerror}")
+            locked = None
+        else:
+            named["lock_sha256"] = hashlib.sha256(data).hexdigest()
+            locked = lock_versions(data.decode())
+        wanted = environ.get("PAX_LOCK_SHA256")
+        if wanted and named["lock_sha256"] and wanted != named["lock_sha256"]:
+            notes.append(f"PAX_LOCK_SHA256 {wanted[:12]} is not the sha256 of {lockfile}")
+    elif ident and os.path.isfile(ident.lockfile):
+        if sha256_file(ident.lockfile) != ident.lock_sha256:
+            notes.append(f"{ident.lockfile} changed since this environment was built from it")
+
+    rows = differences(have, locked) if locked is not None else None
+    if rows == []:
+        state, near = "exact", None
+    else:
+        found = nearest(have, catalog() if locks is None else locks, named["platform"])
+        near = found and {
+            "release": found[0].release,
+            "platform": found[0].platform,
+            "lock_sha256": found[0].sha256,
+            "lockfile": found[0].path,
+            "differences": len(found[1]),
+            "tied": [f"{lock.release} {lock.platform}" for lock in found[2]],
+        }
+        if rows is None and found and not found[1]:
+            # No identity, but the installed set is exactly a release lock: that names it.
+            state, rows = "exact", []
+            named.update({k: near[k] for k in ("release", "platform", "lockfile", "lock_sha256")})
+        elif rows is None:
+            state, rows = "unpinned", found[1] if found else []
+        else:
+            state = "drifted"
+    # What `differences` is measured against: the lock the env names (or matches), else the
+    # nearest release lock.
+    if state == "unpinned":
+        compared = near and {k: near[k] for k in ("release", "platform", "lockfile", "lock_sha256")}
+    else:
+        compared = {k: named[k] for k in ("release", "platform", "lockfile", "lock_sha256")}
+    return {
+        "state": state,
+        "prefix": str(prefix),
+        "python": sys.version.split()[0],
+        "identity": str(identity_path(prefix)) if ident else None,
+        "overridden_by": overridden,
+        **named,
+        "pax": have.get(SELF),
+        "installed_count": len(set(have) - {SELF}),
+        "compared_with": compared,
+        "differences": rows,
+        "nearest": near,
+        "notes": notes,
+    }
+
+
+def _release_name(release, platform) -> str:
+    return f"release {release} {platform or '?'}"
+
+
+def _diff_text(row: dict) -> str:
+    if row["kind"] == "extra":
+        return f"{row['package']} {row['installed']} (not in the lock)"
+    if row["kind"] == "missing":
+        return f"{row['package']} {row['locked']} missing"
+    return f"{row['package']} {row['locked']} -> {row['installed']}"
+
+
+def _count(n: int) -> str:
+    return f"{n} difference{'' if n == 1 else 's'}"
+
+
+def summary(desc: dict, limit: int = 3) -> str:
+    """One line: the run's first log line."""
+    rows = desc["differences"] or []
+    shown = "; ".join(_diff_text(r) for r in rows[:limit])
+    more = f"; {len(rows) - limit} more in manifest.json" if len(rows) > limit else ""
+    count = _count(len(rows))
+    near = desc["nearest"]
+    near_text = (
+        f"nearest {_release_name(near['release'], near['platform'])}"
+        + (f" (as near: {', '.join(near['tied'])})" if near["tied"] else "")
+        if near
+        else "no release locks found to compare with"
+    )
+    if desc["state"] == "exact":
+        source = "identity " + desc["identity"] if desc["identity"] else "no identity file"
+        return (
+            f"environment: {_release_name(desc['release'], desc['platform'])}, exactly its lock "
+            f"(sha256 {(desc['lock_sha256'] or '?')[:12]}, {desc['installed_count']} packages; "
+            f"{source})"
+        )
+    if desc["state"] == "drifted":
+        return (
+            f"environment: DRIFTED from {_release_name(desc['release'], desc['platform'])} "
+            f"(lock sha256 {(desc['lock_sha256'] or '?')[:12]}): {count}: {shown}{more}; "
+            f"{near_text}"
+        )
+    where = f"no {IDENTITY_FILE} in {desc['prefix']}"
+    if not near:
+        return f"environment: UNPINNED ({where}); {near_text}"
+    return f"environment: UNPINNED ({where}); {near_text}, {count}: {shown}{more}"
+
+
+def render(desc: dict) -> str:
+    """`pax env`'s table: identity, state, and the differences when there are any."""
+    lines = [f"prefix      {desc['prefix']} (Python {desc['python']})"]
+    lines.append(f"identity    {desc['identity'] or f'none (no {IDENTITY_FILE} here)'}")
+    if desc["overridden_by"]:
+        lines.append(f"overridden  by {', '.join(desc['overridden_by'])}")
+    if desc["release"] or desc["lockfile"]:
+        lines.append(f"release     {desc['release'] or '?'} {desc['platform'] or '?'}")
+        lines.append(f"lockfile    {desc['lockfile'] or '?'} (sha256 {desc['lock_sha256'] or '?'})")
+    if desc["pax"]:
+        lines.append(f"pax         {desc['pax']} (installed; not part of any lock)")
+    rows = desc["differences"] or []
+    near = desc["nearest"]
+    if desc["state"] == "exact":
+        lines.append(
+            f"state       exact: the {desc['installed_count']} installed packages are the lock"
+        )
+    else:
+        against = desc["compared_with"]
+        if not against:
+            target = "any release lock (none found)"
+        elif against["release"]:
+            target = f"release {against['release']} {against['platform'] or '?'}"
+        else:
+            target = str(against["lockfile"])
+        lines.append(f"state       {desc['state']}: {_count(len(rows))} from {target}")
+        if near:
+            tied = f"; as near: {', '.join(near['tied'])}" if near["tied"] else ""
+            lines.append(
+                f"nearest     release {near['release']} {near['platform']} "
+                f"({_count(near['differences'])}, {near['lockfile']}{tied})"
+            )
+    if rows:
+        width = max(len("package"), *(len(r["package"]) for r in rows))
+        vwidth = max(len("locked"), *(len(r["locked"] or "-") for r in rows))
+        lines.append("")
+        lines.append(f"  {'package':<{width}}  {'locked':<{vwidth}}  installed")
+        for r in rows:
+            lines.append(
+                f"  {r['package']:<{width}}  {r['locked'] or '-':<{vwidth}}  "
+                f"{r['installed'] or '-'}"
+            )
+    lines.extend(f"note        {note}" for note in desc["notes"])
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pax env [--json]`: exit 0 when the environment is exactly a release lock."""
+    parser = argparse.ArgumentParser(
+        prog="python -m pax env",
+        description="Which environment is this: its release identity and any drift from its "
+        "lock. Exit 0 when it is exactly a release lock, 1 when it is not.",
+    )
+    parser.add_argument("--json", action="store_true", help="print the description as JSON")
+    args = parser.parse_args(argv)
+    desc = describe()
+    print(json.dumps(desc, indent=1) if args.json else render(desc))
+    return 0 if desc["state"] == "exact" else 1

@@ -1,0 +1,169 @@
+"""Every run names its environment, however it was started (issue #20).
+
+The runs here are started as README's multi-host example and Slurm's PAX_RUNTIME=venv start
+them: `.venv/pax-<release>-cpu/bin/python -m pax.main` from the repo root, with no PAX_*
+variables and no PYTHONPATH. The pinned env is the one these tests run in (./noxw -s test
+built it, wrote its identity file and checked it against its lock).
+
+The drifted env is made from it cheaply: a new venv whose site-packages links every entry of
+the pinned env's, except that one package's metadata says the next patch version, which is
+all `pip install -U` of it leaves for importlib.metadata, pip and the manifest to see (the code
+stays the pinned one's, so the run itself is unaffected).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from pax import envinfo
+
+ROOT = Path(__file__).resolve().parents[2]
+BUMPED = "absl-py"  # pure Python, and the trainer imports it (absl flags and logging)
+SHORT_RUN = [
+    "--exp=tasks.lm.params.lm_cloud.LmCloudSpmdTiny",
+    "--enable_checkpoint_saving=false",
+    *(
+        f"--set={k}={v}"
+        for k, v in dict(
+            NUM_TRAIN_STEPS=2,
+            SUMMARY_EVERY_N_STEPS=1,
+            EVAL_EVERY_N_STEPS=100,
+            NUM_LAYERS=1,
+            MODEL_DIMS=32,
+            HIDDEN_DIMS=64,
+            NUM_HEADS=2,
+            SEQ_LEN=32,
+            PERCORE_BATCH_SIZE=2,
+        ).items()
+    ),
+]
+
+
+def _clean_env() -> dict:
+    """The caller's environment without PAX_* or PYTHONPATH: a run started by hand."""
+    drop = ("PYTHONPATH", "VIRTUAL_ENV")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAX_") and k not in drop}
+    return env | {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+
+
+def _run(python, job_dir):
+    r = subprocess.run(
+        [str(python), "-m", "pax.main", f"--job_log_dir={job_dir}", *SHORT_RUN],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_clean_env(),
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    log = [ln for ln in r.stderr.splitlines() if ln[:1] in "IWE" and "] " in ln]
+    return json.loads((job_dir / "manifest.json").read_text()), log[0].split("] ", 1)[1]
+
+
+def _pax_env(python):
+    r = subprocess.run(
+        [str(python), "-m", "pax", "env", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_clean_env(),
+        timeout=120,
+    )
+    text = subprocess.run(
+        [str(python), "-m", "pax", "env"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_clean_env(),
+        timeout=120,
+    )
+    assert r.returncode == text.returncode, text.stdout + text.stderr
+    return r.returncode, json.loads(r.stdout), text.stdout
+
+
+@pytest.fixture(scope="module")
+def pinned():
+    """This interpreter's env and its identity (fails, not skips, outside a pinned env)."""
+    identity = envinfo.read_identity()
+    assert identity is not None, (
+        f"{sys.prefix} has no {envinfo.IDENTITY_FILE}: run the tests through ./noxw -s test, "
+        "which builds the pinned env and writes it"
+    )
+    return identity
+
+
+@pytest.fixture(scope="module")
+def bumped(pinned, tmp_path_factory):
+    """(python, version) of a venv that is the pinned env with BUMPED one patch version up."""
+    root = tmp_path_factory.mktemp("bumped") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    pinned_site = Path(sysconfig.get_paths()["purelib"])
+    site = Path(sysconfig.get_paths(vars={"base": str(root), "platbase": str(root)})["purelib"])
+    old = pinned.locked[BUMPED]
+    new = ".".join([*old.split(".")[:-1], str(int(old.split(".")[-1]) + 1)])
+    for entry in pinned_site.iterdir():
+        name = entry.name.removesuffix(".dist-info").rsplit("-", 1)[0]
+        if entry.name.endswith(".dist-info") and envinfo.canonicalize(name) == BUMPED:
+            moved = site / entry.name.replace(f"-{old}.dist-info", f"-{new}.dist-info")
+            shutil.copytree(entry, moved)
+            meta = moved / "METADATA"
+            meta.write_text(meta.read_text().replace(f"\nVersion: {old}\n", f"\nVersion: {new}\n"))
+        elif entry.name != "__pycache__":
+            (site / entry.name).symlink_to(entry)
+    return root / "bin" / "python", old, new
+
+
+def test_a_direct_run_names_its_release_and_lock(pinned, tmp_path):
+    manifest, first = _run(Path(sys.prefix) / "bin" / "python", tmp_path / "job")
+    lock_sha = envinfo.sha256_file(ROOT / "releases" / pinned.release / "cpu.txt")
+    assert (manifest["release"], manifest["lock_sha256"]) == (pinned.release, lock_sha)
+    assert manifest["lockfile"].endswith(f"releases/{pinned.release}/cpu.txt")
+    env = manifest["env"]
+    assert env["state"] == "exact" and env["overridden_by"] == [] and env["differences"] == []
+    assert env["identity"] == str(Path(sys.prefix) / "pax-env.json")
+    assert first.startswith(f"environment: release {pinned.release} cpu, exactly its lock")
+
+
+def test_pax_env_in_the_pinned_env(pinned):
+    code, desc, text = _pax_env(Path(sys.prefix) / "bin" / "python")
+    assert code == 0 and desc["state"] == "exact" and desc["release"] == pinned.release
+    assert f"release     {pinned.release} cpu" in text and "state       exact" in text
+
+
+def test_a_run_with_one_package_bumped_names_nearest_release_and_the_difference(
+    pinned, bumped, tmp_path
+):
+    python, old, new = bumped
+    manifest, first = _run(python, tmp_path / "job")
+    env = manifest["env"]
+    assert manifest["release"] is None and env["state"] == "unpinned"
+    assert (env["nearest"]["release"], env["nearest"]["platform"]) == (pinned.release, "cpu")
+    assert env["differences"] == [
+        {"package": BUMPED, "locked": old, "installed": new, "kind": "changed"}
+    ]
+    assert first.startswith("environment: UNPINNED (no pax-env.json in ")
+    assert f"nearest release {pinned.release} cpu" in first and f"{BUMPED} {old} -> {new}" in first
+
+
+def test_pax_env_in_the_bumped_env(pinned, bumped):
+    python, old, new = bumped
+    code, desc, text = _pax_env(python)
+    assert code == 1 and desc["state"] == "unpinned"
+    assert desc["nearest"]["release"] == pinned.release and desc["nearest"]["differences"] == 1
+    assert f"  {BUMPED}  {old}   {new}" in text.splitlines()  # the table's one row
+    # The same env given the pinned env's identity (as `pip install -U` in the pinned env
+    # itself would leave it): drifted from that release, the same one difference.
+    shutil.copy(Path(sys.prefix) / "pax-env.json", python.parent.parent / "pax-env.json")
+    try:
+        code, desc, text = _pax_env(python)
+    finally:
+        (python.parent.parent / "pax-env.json").unlink()
+    assert code == 1 and desc["state"] == "drifted" and desc["release"] == pinned.release
+    assert [d["package"] for d in desc["differences"]] == [BUMPED]
+    assert f"state       drifted: 1 difference from release {pinned.release} cpu" in text

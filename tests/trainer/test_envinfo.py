@@ -1,0 +1,234 @@
+"""pax.envinfo: the identity a pinned env carries, and drift from its lock (no jax, no trainer).
+
+The release locks here are the real ones under releases/; the strict lockfile reader the
+distribution side uses (pax.releases.lockfile) is the reference for the trainer's small one.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pax import envinfo
+from pax.releases import catalog as releases
+from pax.releases import lockfile
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCKS = [(r, p) for r in releases.list_releases() for p in releases.LOCK_PLATFORMS]
+
+
+@pytest.mark.parametrize("release, platform", LOCKS, ids=lambda x: getattr(x, "version", x))
+def test_small_lock_reader_agrees_with_the_strict_one(release, platform):
+    path = release.lockfile(platform)
+    strict = lockfile.versions(lockfile.parse_lockfile(path))
+    assert strict  # a real lock, not an empty one
+    assert envinfo.lock_versions(path.read_text()) == strict
+
+
+def test_catalog_holds_every_release_lock():
+    found = {(lock.release, lock.platform): lock for lock in envinfo.catalog(ROOT / "releases")}
+    assert set(found) == {(r.version, p) for r, p in LOCKS}
+    for release, platform in LOCKS:
+        lock = found[release.version, platform]
+        assert lock.sha256 == release.lock_sha256(platform) == release.recorded_sha256(platform)
+
+
+def _identity(release="1.6.0", platform="cpu"):
+    rel = releases.resolve(release)
+    path = rel.lockfile(platform)
+    return envinfo.Identity(
+        release=release,
+        platform=platform,
+        lockfile=str(path),
+        lock_sha256=rel.lock_sha256(platform),
+        python="3.11",
+        locked=envinfo.lock_versions(path.read_text()),
+    )
+
+
+def _prefix(tmp_path, identity=None):
+    prefix = tmp_path / "env"
+    prefix.mkdir()
+    if identity:
+        (prefix / envinfo.IDENTITY_FILE).write_text(identity.to_json())
+    return prefix
+
+
+def test_identity_file_round_trips(tmp_path):
+    ident = _identity()
+    prefix = _prefix(tmp_path, ident)
+    assert envinfo.read_identity(prefix) == ident
+    assert envinfo.read_identity(tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{", "not JSON"),
+        ('{"format": "other"}', "not a pax-env/1 file"),
+        ('{"format": "pax-env/1", "release": "1.6.0"}', "missing platform, lockfile"),
+    ],
+)
+def test_a_damaged_identity_is_named_and_ignored(tmp_path, text, message):
+    prefix = _prefix(tmp_path)
+    (prefix / envinfo.IDENTITY_FILE).write_text(text)
+    with pytest.raises(envinfo.IdentityError, match=message):
+        envinfo.read_identity(prefix)
+    env = envinfo.describe(environ={}, prefix=prefix, have={"jax": "0.10.2"}, locks=())
+    assert env["state"] == "unpinned" and env["identity"] is None
+    assert message in env["notes"][0]
+
+
+def test_pinned_env_equal_to_its_lock_is_exact(tmp_path):
+    ident = _identity()
+    prefix = _prefix(tmp_path, ident)
+    env = envinfo.describe(environ={}, prefix=prefix, have={**ident.locked, "pax": "1.6.0"})
+    assert env["state"] == "exact"
+    assert (env["release"], env["platform"], env["lock_sha256"]) == (
+        "1.6.0",
+        "cpu",
+        ident.lock_sha256,
+    )
+    assert env["identity"] == str(prefix / "pax-env.json")
+    assert env["differences"] == [] and env["pax"] == "1.6.0"
+    assert envinfo.summary(env).startswith(
+        f"environment: release 1.6.0 cpu, exactly its lock (sha256 {ident.lock_sha256[:12]}"
+    )
+
+
+def test_a_bumped_package_is_drift_from_the_named_release(tmp_path):
+    ident = _identity()
+    prefix = _prefix(tmp_path, ident)
+    have = {**ident.locked, "absl-py": "2.5.2", "my-tool": "0.1"}
+    del have["humanize"]
+    env = envinfo.describe(environ={}, prefix=prefix, have=have)
+    assert env["state"] == "drifted" and env["release"] == "1.6.0"
+    assert env["differences"] == [
+        {"package": "absl-py", "locked": "2.5.1", "installed": "2.5.2", "kind": "changed"},
+        {"package": "humanize", "locked": "4.17.0", "installed": None, "kind": "missing"},
+        {"package": "my-tool", "locked": None, "installed": "0.1", "kind": "extra"},
+    ]
+    assert env["nearest"]["release"] == "1.6.0" and env["nearest"]["platform"] == "cpu"
+    line = envinfo.summary(env)
+    assert line.startswith("environment: DRIFTED from release 1.6.0 cpu")
+    assert "3 differences: absl-py 2.5.1 -> 2.5.2; humanize 4.17.0 missing; my-tool 0.1" in line
+
+
+@pytest.mark.parametrize(
+    "release, platform", [("1.3.0", "tpu"), ("1.4.0", "gpu"), ("1.6.0", "cpu")]
+)
+def test_unpinned_env_names_the_nearest_release_and_platform(tmp_path, release, platform):
+    locked = _identity(release, platform).locked
+    name = sorted(locked)[len(locked) // 2]
+    have = {**locked, name: locked[name] + ".post1"}
+    env = envinfo.describe(environ={}, prefix=_prefix(tmp_path), have=have)
+    assert env["state"] == "unpinned" and env["release"] is None
+    assert (env["nearest"]["release"], env["nearest"]["platform"]) == (release, platform)
+    assert env["nearest"]["differences"] == 1
+    assert env["differences"] == [
+        {
+            "package": name,
+            "locked": locked[name],
+            "installed": locked[name] + ".post1",
+            "kind": "changed",
+        }
+    ]
+    assert env["nearest"]["tied"] == []
+    assert envinfo.summary(env).startswith("environment: UNPINNED (no pax-env.json in ")
+
+
+def test_releases_sharing_a_set_are_named_as_tied(tmp_path):
+    # 1.6.0 changed only the cpu lock: its gpu lock holds 1.5.0's versions.
+    locked = _identity("1.5.0", "gpu").locked
+    assert locked == _identity("1.6.0", "gpu").locked
+    env = envinfo.describe(environ={}, prefix=_prefix(tmp_path), have={**locked, "extra": "1"})
+    assert (env["nearest"]["release"], env["nearest"]["platform"]) == ("1.6.0", "gpu")
+    assert env["nearest"]["tied"] == ["1.5.0 gpu"]
+    assert "nearest release 1.6.0 gpu (as near: 1.5.0 gpu)" in envinfo.summary(env)
+
+
+def test_without_identity_an_exact_release_set_is_named_by_its_lock(tmp_path):
+    locked = _identity("1.4.0", "tpu").locked
+    env = envinfo.describe(environ={}, prefix=_prefix(tmp_path), have=dict(locked))
+    assert env["state"] == "exact" and env["identity"] is None
+    assert (env["release"], env["platform"]) == ("1.4.0", "tpu")
+    assert env["lock_sha256"] == releases.resolve("1.4.0").lock_sha256("tpu")
+
+
+def test_environment_variables_override_the_identity(tmp_path):
+    ident = _identity("1.6.0", "cpu")
+    prefix = _prefix(tmp_path, ident)
+    other = releases.resolve("1.5.0").lockfile("cpu")
+    environ = {"PAX_RELEASE": "1.5.0", "PAX_LOCKFILE": str(other), "PAX_LOCK_SHA256": "ab" * 32}
+    env = envinfo.describe(environ=environ, prefix=prefix, have=dict(ident.locked))
+    # The installed set is 1.6.0's, the variables name 1.5.0's lock: compared with that lock.
+    assert env["release"] == "1.5.0" and env["lockfile"] == str(other)
+    assert env["lock_sha256"] == releases.resolve("1.5.0").lock_sha256("cpu")
+    assert env["state"] == "drifted" and env["nearest"]["release"] == "1.6.0"
+    assert env["overridden_by"] == ["PAX_RELEASE", "PAX_LOCKFILE", "PAX_LOCK_SHA256"]
+    assert any("PAX_LOCK_SHA256 abababababab is not the sha256" in n for n in env["notes"])
+
+
+def test_a_lockfile_changed_after_the_build_is_noted(tmp_path):
+    lock = tmp_path / "cpu.txt"
+    lock.write_text("jax==0.10.2\n")
+    ident = envinfo.Identity(
+        "9.9.9", "cpu", str(lock), envinfo.sha256_file(lock), "3.11", {"jax": "0.10.2"}
+    )
+    prefix = _prefix(tmp_path, ident)
+    lock.write_text("jax==0.10.3\n")
+    env = envinfo.describe(environ={}, prefix=prefix, have={"jax": "0.10.2"}, locks=())
+    assert env["state"] == "exact"  # the env is what it was built as ...
+    assert env["notes"] == [f"{lock} changed since this environment was built from it"]
+
+
+def test_installed_set_is_what_import_sees(tmp_path):
+    # Two copies of one distribution on the path: the first one is the one imported.
+    for where, version in (("a", "2.0"), ("b", "1.0")):
+        info = tmp_path / where / f"demo_pkg-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: Demo_Pkg\nVersion: {version}\n"
+        )
+    assert envinfo.installed([str(tmp_path / "a"), str(tmp_path / "b")]) == {"demo-pkg": "2.0"}
+    assert envinfo.installed([str(tmp_path / "b"), str(tmp_path / "a")]) == {"demo-pkg": "1.0"}
+
+
+def _pax(*args, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "pax", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={k: v for k, v in (env or os.environ).items() if not k.startswith("PAX_")},
+        timeout=120,
+    )
+
+
+def test_pax_env_needs_no_jax():
+    probe = (
+        "import runpy, sys\n"
+        "sys.argv = ['pax', 'env', '--json']\n"
+        "try:\n    runpy.run_module('pax', run_name='__main__')\n"
+        "except SystemExit as e:\n    code = e.code\n"
+        "print('jax' in sys.modules, code)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert r.stdout.strip().splitlines()[-1] in ("False 0", "False 1"), r.stdout + r.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "no command"),
+        (["envs"], "unknown command 'envs'"),
+        (["env", "--jsn"], "unrecognized arguments: --jsn"),
+    ],
+)
+def test_pax_command_bad_usage_is_exit_2(args, message):
+    r = _pax(*args)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
