@@ -15,6 +15,7 @@ against it before each use (pax.environments.venv). Sessions themselves get no n
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +25,17 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from pax.environments import venv as dist_venv  # noqa: E402
-from pax.releases import catalog as dist_release  # noqa: E402
-from pax.releases import compile as dist_lock  # noqa: E402  (imports no jax: runs in the tools venv)
+# The distribution packages import no jax: they run here, in the tools venv.
+from pax.bisect import cli as bisect_cli
+from pax.curves import CurvesError
+from pax.environments import venv
+from pax.images import cli as images_cli
+from pax.launch import render as launch
+from pax.releases import catalog, cut
+from pax.releases import compile as locks
+from pax.releases import diff as lock_diff
+from pax.releases import readme as readme_blocks
+from pax.tools import references as refs
 
 nox.options.sessions = ["test"]
 
@@ -36,19 +45,19 @@ TRAIN_DEFAULTS = {
 }
 
 
-def _release(session: nox.Session, args: list[str]) -> dist_release.Release:
+def _release(session: nox.Session, args: list[str]) -> catalog.Release:
     """Pop an optional leading release name off args; default is the newest cut release."""
-    name = args.pop(0) if args and dist_release.looks_like_release(args[0]) else None
+    name = args.pop(0) if args and catalog.looks_like_release(args[0]) else None
     try:
-        return dist_release.resolve(name)
-    except dist_release.UnknownRelease as err:
+        return catalog.resolve(name)
+    except catalog.UnknownRelease as err:
         session.error(str(err))
 
 
-def _env(session: nox.Session, release: dist_release.Release, platform: str) -> dist_venv.Env:
+def _env(session: nox.Session, release: catalog.Release, platform: str) -> venv.Env:
     try:
-        return dist_venv.ensure(release, platform, log=session.log)
-    except (dist_venv.EnvMismatch, FileNotFoundError) as err:
+        return venv.ensure(release, platform, log=session.log)
+    except (venv.EnvMismatch, FileNotFoundError) as err:
         session.error(str(err))
     except subprocess.CalledProcessError as err:
         session.error(f"building the {release.version} {platform} env failed: {err}")
@@ -81,7 +90,7 @@ def train(session: nox.Session) -> None:
     """Train the tiny LM: `train -- [RELEASE] [PLATFORM] [--exp=... --job_log_dir=... ...]`."""
     args = list(session.posargs)
     release = _release(session, args)
-    platform = args.pop(0) if args and args[0] in dist_release.LOCK_PLATFORMS else "cpu"
+    platform = args.pop(0) if args and args[0] in catalog.LOCK_PLATFORMS else "cpu"
     # Everything else goes to pax.main as is (`--flag=value` or `--flag value`).
     given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
     flags = [f"{k}={v}" for k, v in TRAIN_DEFAULTS.items() if k not in given] + args
@@ -123,20 +132,20 @@ def lock(session: nox.Session) -> None:
         )
     name, platforms = args[0], args[1:]
     if name == "tools":
-        dist_lock.lock_tools(ROOT, log=session.log)
+        locks.lock_tools(ROOT, log=session.log)
         return
-    bad = [p for p in platforms if p not in dist_release.LOCK_PLATFORMS]
+    bad = [p for p in platforms if p not in catalog.LOCK_PLATFORMS]
     if bad:
         session.error(
             f"lock: unknown platform(s) {' '.join(bad)}; "
-            f"platforms: {', '.join(dist_release.LOCK_PLATFORMS)}"
+            f"platforms: {', '.join(catalog.LOCK_PLATFORMS)}"
         )
-    if name == dist_release.NIGHTLY:
-        release = dist_lock.make_nightly(ROOT)
+    if name == catalog.NIGHTLY:
+        release = locks.make_nightly(ROOT)
     else:
         release = _release(session, [name])
     try:
-        dist_lock.lock(release, platforms or None, ROOT, log=session.log)
+        locks.lock(release, platforms or None, ROOT, log=session.log)
     except RuntimeError as err:
         session.error(str(err))
 
@@ -148,13 +157,12 @@ def lock(session: nox.Session) -> None:
 # the engine, base image and registry come from ci/docker-engine.sh, ci/base-image.sh and
 # ci/registry.sh.
 def _images(session: nox.Session, command: str, usage: str) -> None:
-    from pax.images import cli as images  # noqa: PLC0415  (stdlib only)
 
     if len([a for a in session.posargs if not a.startswith("-")]) < 2:
         session.error(f"{command}: usage: ./noxw -s {command} -- {usage}")
     try:
-        result = images.run([command, *session.posargs])
-    except images.ImageError as err:
+        result = images_cli.run([command, *session.posargs])
+    except images_cli.ImageError as err:
         session.error(str(err))
     session.log(f"{command}: {result}")
 
@@ -180,9 +188,8 @@ def publish(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def cluster(session: nox.Session) -> None:
     """JobSet or Slurm script for the images: `cluster -- RELEASE tpu|gpu|slurm --exp=NAME [-o F]`."""
-    from pax.launch import render as dist_cluster  # noqa: PLC0415  (stdlib + pax.experiments)
 
-    if dist_cluster.main(list(session.posargs)):
+    if launch.main(list(session.posargs)):
         session.error("cluster: nothing written")
 
 
@@ -190,9 +197,8 @@ def cluster(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def diff(session: nox.Session) -> None:
     """Diff two locks: `diff -- A B [--platform cpu] [--json]` (release, path or GITREV:path)."""
-    from pax.releases import diff as dist_diff  # noqa: PLC0415  (stdlib only)
 
-    code = dist_diff.main(list(session.posargs))
+    code = lock_diff.main(list(session.posargs))
     if code:
         session.error(f"diff: exit {code}")
 
@@ -200,9 +206,8 @@ def diff(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def bisect(session: nox.Session) -> None:
     """Find the package change that breaks a command: `bisect -- --good A --bad B -- COMMAND...`."""
-    from pax.bisect import cli as dist_bisect  # noqa: PLC0415  (stdlib only)
 
-    code = dist_bisect.main(list(session.posargs))
+    code = bisect_cli.main(list(session.posargs))
     if code:
         session.error(f"bisect: exit {code}")
 
@@ -212,18 +217,17 @@ def bisect(session: nox.Session) -> None:
 def release(session: nox.Session) -> None:
     """Cut a release: `release -- X.Y.Z [--skip-tests] [--base-image IMAGE]` (locks, tests,
     commit, branch rX.Y.Z, tag vX.Y.Z)."""
-    from pax.releases import cut as dist_cut  # noqa: PLC0415  (stdlib only)
 
-    args = dist_cut.parse_args(list(session.posargs))
+    args = cut.parse_args(list(session.posargs))
     try:
-        dist_cut.cut(
+        cut.cut(
             args.version,
             ROOT,
             skip_tests=args.skip_tests,
             base_image=args.base_image,
             log=session.log,
         )
-    except dist_cut.CutError as err:
+    except cut.CutError as err:
         session.error(str(err))
     except RuntimeError as err:  # a failed pip-compile, a pin the lock does not honour
         session.error(f"release: {err}")
@@ -232,14 +236,13 @@ def release(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def readme(session: nox.Session) -> None:
     """Regenerate the releases tables between the markers: `readme -- [--check] [FILE...]`."""
-    from pax.releases import readme as dist_readme  # noqa: PLC0415  (stdlib only)
 
     args = list(session.posargs)
     check = "--check" in args
-    files = [a for a in args if a != "--check"] or list(dist_readme.FILES)
+    files = [a for a in args if a != "--check"] or list(readme_blocks.FILES)
     try:
-        changed = dist_readme.refresh(ROOT, files, check=check)
-    except dist_readme.ReadmeError as err:
+        changed = readme_blocks.refresh(ROOT, files, check=check)
+    except readme_blocks.ReadmeError as err:
         session.error(str(err))
     for path in changed:
         session.log(
@@ -314,96 +317,47 @@ def compare(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def references(session: nox.Session) -> None:
-    """Re-record a reference band: `references -- [RELEASE] [--seeds 1,2,3] [--exp NAME] [--out F]`.
-
-    Trains each seed afresh, one after another, in the pinned CPU env, then writes
-    pax/curves/references/<Experiment>.json (pax.curves.record)."""
-    import shlex  # noqa: PLC0415
-    import shutil  # noqa: PLC0415
-    import time  # noqa: PLC0415
-
-    from pax.curves import CurvesError  # noqa: PLC0415  (no jax)
-    from pax.curves import record as curves_record  # noqa: PLC0415
+    """Re-record a reference band: `references -- [RELEASE] [--seeds 1,2,3] [--exp NAME] [--out F]`
+    (pax.tools.references: each seed trained afresh in the pinned CPU env)."""
 
     args = list(session.posargs)
     release = _release(session, args)
-    exp = _flag_value(args, "--exp") or TRAIN_DEFAULTS["--exp"]
-    seeds_text = _flag_value(args, "--seeds") or "1,2,3"
-    try:
-        seeds = [int(s) for s in seeds_text.split(",") if s.strip()]
-    except ValueError:
-        session.error(f"references: --seeds takes integers like 1,2,3, not {seeds_text!r}")
-    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
-        session.error(f"references: a band needs at least two distinct seeds, got {seeds_text!r}")
-    name = exp.rsplit(".", 1)[-1]
-    out = Path(
-        _flag_value(args, "--out") or ROOT / "pax" / "curves" / "references" / f"{name}.json"
-    )
     env = _env(session, release, "cpu")
-    job_dirs, commands, walls = [], [], []
-    for seed in seeds:
-        job_dir = Path("runs") / "references" / name / f"seed{seed}"
-        shutil.rmtree(ROOT / job_dir, ignore_errors=True)  # a fresh run, never a resume
-        flags = [f"--exp={exp}", f"--job_log_dir={job_dir}", f"--set=SEED={seed}"]
-        start = time.monotonic()
-        session.run(str(env.python), "-m", "pax.main", *flags, env=env.session_env(), external=True)
-        walls.append(round(time.monotonic() - start, 1))
-        session.log(f"references: seed {seed} took {walls[-1]:.0f} s")
-        job_dirs.append(ROOT / job_dir)
-        commands.append(shlex.join(["./noxw", "-s", "train", "--", release.version, "cpu", *flags]))
-    recorded_by = shlex.join(
-        [
-            "./noxw",
-            "-s",
-            "references",
-            "--",
-            release.version,
-            f"--exp={exp}",
-            f"--seeds={','.join(map(str, seeds))}",
-        ]
-    )
+    out = _flag_value(args, "--out")
     try:
-        ref = curves_record.record(
-            job_dirs, name, commands, out, recorded_by=recorded_by, wall_s=walls, root=ROOT
+        ref = refs.record(
+            env.python,
+            {**os.environ, **env.session_env()},
+            release.version,
+            _flag_value(args, "--exp") or TRAIN_DEFAULTS["--exp"],
+            refs.parse_seeds(_flag_value(args, "--seeds") or "1,2,3"),
+            Path(out) if out else None,
+            log=session.log,
         )
     except CurvesError as err:
         session.error(f"references: {err}")
-    session.log(f"references: wrote {out} ({len(ref.runs)} runs, seeds {seeds_text})")
+    session.log(f"references: wrote {ref.name} ({len(ref.runs)} runs)")
 
 
 @nox.session(venv_backend="none")
 def aot(session: nox.Session) -> None:
-    """Compile reference experiments for their full mesh on virtual CPU devices:
-    `aot -- [RELEASE] [EXP ...] [--json F]`. Without experiments: every Pax-named one, written
-    to docs/aot.json and README's table."""
-    from pax.releases import readme as dist_readme  # noqa: PLC0415  (stdlib only)
-
+    """Compile experiments for their full mesh on virtual CPU devices (pax.tools.aot):
+    `aot -- [RELEASE] [EXP ...] [--json F]`. Without experiments: every Pax reference one,
+    written to docs/aot.json and README's table; fails when one that should fit does not."""
     args = list(session.posargs)
     release = _release(session, args)
-    reference_set = not [a for a in args if not a.startswith("--")]
-    if reference_set:
-        args = [
-            "LmCloudSpmd2BLimitSteps",
-            "LmCloudTransformerAdamLimitSteps",
-            "C4Spmd1BAdam4Replicas",
-            "C4Spmd16BAdam32Replicas",
-            "C4SpmdPipelineGpt3SmallAdam64Replicas",
-            "--json",
-            dist_readme.AOT_JSON,
-            *args,
-        ]
     env = _env(session, release, "cpu")
-    session.run(
-        str(env.python),
-        "-m",
-        "pax.tools.aot",
-        *args,
-        env=env.session_env(),
-        external=True,
-        success_codes=[0, 1],
-    )
-    if reference_set:
-        for path in dist_readme.refresh(ROOT, ["README.md"]):
-            session.log(
-                f"aot: {path.relative_to(ROOT)} table rewritten from {dist_readme.AOT_JSON}"
-            )
+    session.run(str(env.python), "-m", "pax.tools.aot", *args, env=env.session_env(), external=True)
+
+
+@nox.session(venv_backend="none")
+def lint(session: nox.Session) -> None:
+    """One style for the tree: `ruff format --check` and `ruff check` (pinned in tools.txt);
+    `lint -- --fix` rewrites instead."""
+    ruff = str(Path(sys.executable).parent / "ruff")
+    if "--fix" in session.posargs:
+        session.run(ruff, "format", ".", external=True)
+        session.run(ruff, "check", "--fix", ".", external=True)
+        return
+    session.run(ruff, "format", "--check", ".", external=True)
+    session.run(ruff, "check", ".", external=True)

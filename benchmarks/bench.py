@@ -17,7 +17,8 @@ import numpy as np
 
 from benchmarks import minimal_loop
 from pax.checkpoint.manager import Checkpointer
-from pax.data.sources import WindowDataset, embedded_text
+from pax.data.corpus import embedded_text
+from pax.data.sources import WindowDataset
 from pax.data.tokenizers import ByteTokenizer
 from pax.tasks.lm.params.lm_cloud import LmCloudSpmdTiny
 from pax.train import loop, mfu
@@ -132,7 +133,7 @@ def measure(experiment_cls, steps: int, repeats: int) -> dict:
     task = experiment_cls().task()
     cfg = task.model
     tokens_per_step = task.train.percore_batch_size * cfg.max_seq_len
-    flops_per_step = mfu.flops_per_token(cfg, cfg.max_seq_len) * tokens_per_step
+    flops_per_step = mfu.flops_per_step(cfg, task.train.percore_batch_size)
     peaks = [mfu.measure_matmul_peak(cfg.activation_dtype) for _ in range(repeats)]
     peak = statistics.median(peaks)
     with tempfile.TemporaryDirectory() as tmp:

@@ -172,6 +172,6 @@ class _AsBytes:
 
 def _grain_checkpoint():
     """grain's orbax handler (per-process JSON files); imported only for stream inputs (C4)."""
-    from grain import checkpoint  # pylint: disable=g-import-not-at-top
+    from grain import checkpoint
 
     return checkpoint

@@ -20,7 +20,7 @@ from pax.curves.runs import CurvesError, Run, read_metrics, read_run
 
 def plot(job_dirs, out_png, reference=None, **kwargs):
     """Draw loss and log-perplexity against step for the runs in job_dirs into out_png."""
-    from pax.curves.draw import plot as _plot  # noqa: PLC0415  (matplotlib only here)
+    from pax.curves.draw import plot as _plot  # matplotlib only here
 
     return _plot(job_dirs, out_png, reference=reference, **kwargs)
 

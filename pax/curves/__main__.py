@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m pax.curves") -> i
             return 0 if ok else 1
         runs = [read_run(d) for d in args.job_dirs]
         ref = _reference(args.reference, runs[0], required=False)
-        from pax.curves.draw import plot  # noqa: PLC0415  (matplotlib only here)
+        from pax.curves.draw import plot  # matplotlib only here
 
         out = plot(runs, args.out, reference=ref, title=args.title)
         print(f"wrote {out}" + (f" (band: reference {ref.name})" if ref else " (no band)"))

@@ -17,7 +17,7 @@ TITLES = {"loss": "loss", "log_pplx": "log-perplexity (nats/token)"}
 
 def _matplotlib():
     try:
-        from matplotlib.figure import Figure  # noqa: PLC0415
+        from matplotlib.figure import Figure
     except ImportError:
         raise CurvesError(
             "drawing needs matplotlib, which this environment lacks; run it "

@@ -40,7 +40,7 @@ def train_spm(
     max_sentences: int = 1_000_000,
 ) -> str:
     """Trains a SentencePiece model; returns the .model path."""
-    import sentencepiece  # pylint: disable=g-import-not-at-top
+    import sentencepiece
 
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(_texts(inputs)),
@@ -61,7 +61,7 @@ def inspect(
 ) -> dict:
     """Reads the split's documents in shard order; prints examples and token statistics."""
     out = out or sys.stdout
-    from pax.data import c4, tokenizers  # pylint: disable=g-import-not-at-top
+    from pax.data import c4, tokenizers
 
     tokenizer = tokenizers.build(tokenizer_path)
     shards = c4.list_shards(data_dir, split)
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "sample":
-            from pax.data import c4  # pylint: disable=g-import-not-at-top
+            from pax.data import c4
 
             for path in c4.write_sample_shards(
                 args.out, args.train_shards, args.validation_shards, args.docs_per_shard

@@ -27,6 +27,7 @@ import numpy as np
 from absl import logging
 from etils import epath
 
+from pax.data.corpus import embedded_text
 from pax.errors import UsageError
 
 DATA_DIR_ENV = "C4_DATA_DIR"
@@ -345,8 +346,6 @@ def write_sample_shards(
 ) -> list[str]:
     """C4-format shards of English text (CPython's pydoc topics, cut into documents of 1-8
     paragraphs), for tests, benchmarks and trying the C4 experiments without C4."""
-    from pax.data.sources import embedded_text  # pylint: disable=g-import-not-at-top
-
     paragraphs = [p.strip() for p in embedded_text().split("\n\n") if p.strip()]
     rng = np.random.default_rng(seed)
     out = epath.Path(out_dir)

@@ -10,18 +10,12 @@ import jax
 import numpy as np
 
 from pax.data import tokenizers
+from pax.data.corpus import embedded_text
 from pax.data.tokenizers import ByteTokenizer
 from pax.errors import UsageError
 from pax.experiments.config import DatasetConfig
 
 EVAL_FRACTION = 0.1  # the embedded corpus's last 10% is held out
-
-
-def embedded_text() -> str:
-    """English text every CPython ships: the pydoc topic help (about 465 KB)."""
-    from pydoc_data import topics  # pylint: disable=g-import-not-at-top
-
-    return "".join(topics.topics[key] for key in sorted(topics.topics))
 
 
 class WindowDataset:
@@ -84,7 +78,7 @@ def build(config: DatasetConfig, vocab_size: int):
         )
     if config.source == "c4":
         try:
-            from pax.data import c4  # pylint: disable=g-import-not-at-top  (grain: the C4 path only)
+            from pax.data import c4  # grain: the C4 path only
         except ImportError as e:
             raise UsageError(
                 f"DATA_SOURCE=c4 needs grain ({e}); it is in release 1.5.0 and later: "

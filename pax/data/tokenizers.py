@@ -29,7 +29,7 @@ class SentencePieceTokenizer:
 
     def __init__(self, model_path: str):
         try:
-            import sentencepiece  # pylint: disable=g-import-not-at-top
+            import sentencepiece
         except ImportError as e:
             raise UsageError(
                 f"TOKENIZER_PATH needs sentencepiece ({e}); it is in release 1.5.0 and later"

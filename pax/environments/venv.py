@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from pax import envinfo
-from pax.environments.pip import installed_versions, pip_env, pip_python
+from pax.pip import installed_versions, pip_env, pip_python
 from pax.releases import lockfile
 from pax.releases.catalog import REPO_ROOT, Release
 

@@ -23,7 +23,7 @@ import zipfile
 from email.parser import HeaderParser
 from pathlib import Path
 
-from pax.environments.pip import base_python, installed_versions, pip_env, pip_python, pip_runner
+from pax.pip import base_python, installed_versions, pip_env, pip_python, pip_runner
 from pax.releases import lockfile
 from pax.releases.lockfile import Pin
 

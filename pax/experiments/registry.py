@@ -14,6 +14,7 @@ from pax.errors import UsageError
 _PACKAGE_PREFIX = "pax."
 _EXPERIMENT_PACKAGES = ("pax.tasks",)
 _REGISTRY: dict[str, type] = {}
+_PAX_REFERENCES: set[str] = set()  # experiments that carry Pax's own names and numbers
 
 
 def name_of(experiment_cls: type) -> str:
@@ -22,13 +23,21 @@ def name_of(experiment_cls: type) -> str:
     )
 
 
-def register(experiment_cls: type) -> type:
-    name = name_of(experiment_cls)
-    existing = _REGISTRY.get(name)
-    if existing is not None and existing is not experiment_cls:
-        raise ValueError(f"experiment {name} is registered twice")
-    _REGISTRY[name] = experiment_cls
-    return experiment_cls
+def register(experiment_cls: type | None = None, *, pax_reference: bool = False):
+    """`@register`, or `@register(pax_reference=True)` for a class that reproduces one of
+    Pax's own experiments (what the fidelity tests, the AOT table and the launchers cover)."""
+
+    def add(cls: type) -> type:
+        name = name_of(cls)
+        existing = _REGISTRY.get(name)
+        if existing is not None and existing is not cls:
+            raise ValueError(f"experiment {name} is registered twice")
+        _REGISTRY[name] = cls
+        if pax_reference:
+            _PAX_REFERENCES.add(name)
+        return cls
+
+    return add if experiment_cls is None else add(experiment_cls)
 
 
 def _import_all() -> None:
@@ -41,6 +50,12 @@ def _import_all() -> None:
 def names() -> list[str]:
     _import_all()
     return sorted(_REGISTRY)
+
+
+def pax_references() -> list[str]:
+    """The registered experiments that reproduce Pax's own, by name."""
+    _import_all()
+    return sorted(_PAX_REFERENCES)
 
 
 def get(name: str) -> type:

@@ -14,8 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
-from pax import git
-from pax.environments import pip
+from pax import git, pip
 from pax.images.engine import (
     IMAGE_REPO,
     ImageError,

@@ -86,7 +86,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except ImageError as e:
         print(f"pax images: error: {e}", file=sys.stderr)
         return 2 if e.usage else 1
-    except RuntimeError as e:  # no pip to download or build wheels with (pax.environments.pip)
+    except RuntimeError as e:  # no pip to download or build wheels with (pax.pip)
         print(f"pax images: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Optional
 
-from pax.environments import pip
+from pax import pip
 from pax.images.engine import ImageError
 from pax.releases import catalog, lockfile
 

@@ -279,6 +279,7 @@ class TransformerLm(_Sharded):
                 dict(num_layers=c.num_layers // self.num_stages, **kw),
                 self.num_stages,
                 self.num_microbatches,
+                collections=fp8.LAYER_COLLECTIONS,
                 mesh=self.mesh,
                 rules=self.rules,
                 name="pipeline",

@@ -24,7 +24,7 @@ def detect_cluster() -> Optional[tuple[str, int]]:
     Same candidates in the same order as jax's auto-detection, opt-in ones (mpi4py) left out as
     jax does; None where there is none (a plain single-host run).
     """
-    for env in clusters.ClusterEnv._cluster_types:  # pylint: disable=protected-access
+    for env in clusters.ClusterEnv._cluster_types:
         if not env.opt_in_only_method and env.is_env_present():
             return env.__name__, env.get_process_count()
     return None

@@ -17,7 +17,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from pax.models import fp8
 from pax.parallel import sharding
 
 CARRY_AXES = ("stage", "batch", "length", "act_embed")
@@ -49,6 +48,7 @@ class _Tick(nn.Module):
     stage: Any  # one stage's Module class: stage(**stage_kwargs)(x, positions[, segment_ids])
     stage_kwargs: dict
     num_stages: int
+    collections: tuple  # the layer's variable collections, stacked on the stage axis
     mesh: Any = None
     rules: tuple = sharding.LOGICAL_AXIS_RULES
 
@@ -62,7 +62,7 @@ class _Tick(nn.Module):
             )
         stages = nn.vmap(
             self.stage,
-            variable_axes={c: 0 for c in fp8.LAYER_COLLECTIONS},
+            variable_axes={c: 0 for c in self.collections},
             split_rngs={"params": True},
             in_axes=0,
             out_axes=0,
@@ -84,6 +84,8 @@ class Pipeline(nn.Module):
     stage_kwargs: dict
     num_stages: int
     num_microbatches: int
+    # The stage's variable collections (params, and FP8's scales where the model has them).
+    collections: tuple = ("params",)
     mesh: Any = None
     rules: tuple = sharding.LOGICAL_AXIS_RULES
 
@@ -100,12 +102,12 @@ class Pipeline(nn.Module):
         # (pax.models.fp8.for_differentiation), parameter gradients by sum.
         ticks = nn.scan(
             _Tick,
-            variable_broadcast=list(fp8.LAYER_COLLECTIONS),
+            variable_broadcast=list(self.collections),
             split_rngs={"params": False},
             length=m + s - 1,
         )
-        _, out = ticks(self.stage, self.stage_kwargs, s, self.mesh, self.rules, name="ticks")(
-            carry, tuple(fed)
-        )
+        _, out = ticks(
+            self.stage, self.stage_kwargs, s, self.collections, self.mesh, self.rules, name="ticks"
+        )(carry, tuple(fed))
         # The last stage's output at tick t is microbatch t - (s - 1).
         return from_microbatches(out[s - 1 :])

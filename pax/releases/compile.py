@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from pax.environments.venv import pip_env
+from pax.pip import pip_env
 from pax.releases import lockfile
 from pax.releases.catalog import LOCK_PLATFORMS, NIGHTLY, REPO_ROOT, Release, load, releases_dir
 

@@ -4,17 +4,15 @@ A file opts in with a pair of markers; everything between them is replaced on ea
 
     <!-- releases-table:start -->     the releases, from releases/*/release.toml
     <!-- releases-table:end -->
-    <!-- aot-table:start -->          compiled sizes of the reference experiments, from
-    <!-- aot-table:end -->            docs/aot.json (written by `./noxw -s aot`)
 
-`./noxw -s readme` rewrites the marked blocks of README.md and releases/README.md (and
-`./noxw -s release` does so before committing a release, `./noxw -s aot` after compiling);
-tests/releases checks that the committed blocks equal what this module renders.
+`./noxw -s readme` rewrites the releases blocks of README.md and releases/README.md (and
+`./noxw -s release` does so before committing a release); tests/releases checks that the
+committed blocks equal what this module renders. Other tools fill their own blocks with
+`rewrite_text` (pax.tools.aot: the compile table).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -22,9 +20,6 @@ from pax.releases.catalog import REPO_ROOT, Release, list_releases
 
 START = "<!-- releases-table:start -->"
 END = "<!-- releases-table:end -->"
-AOT_START = "<!-- aot-table:start -->"
-AOT_END = "<!-- aot-table:end -->"
-AOT_JSON = "docs/aot.json"  # relative to the repo root
 FILES = ("README.md", "releases/README.md")  # relative to the repo root
 COLUMNS = (
     "release",
@@ -107,40 +102,6 @@ def rewrite_text(
     return _block_re(start, end).sub(lambda _: f"{start}\n\n{table}\n\n{end}", text)
 
 
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
-
-
-def render_aot_table(rows: list[dict]) -> str:
-    """Markdown for `python -m pax.tools.aot --json` results; ends without a newline."""
-    lines = [
-        "| experiment | params | mesh | devices | per-device memory (XLA:CPU plan) | "
-        "TPU v4 32 GiB | compile |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        mesh = (
-            f"{r['devices']} replicas"
-            if r["strategy"] == "pmap"
-            else ", ".join(f"{axis} {size}" for axis, size in r["mesh"].items())
-        )
-        if r.get("pipeline"):
-            mesh += (
-                f" ({r['pipeline']['stages']} stages × {r['pipeline']['microbatches']} "
-                f"microbatches, bubble {r['pipeline']['bubble_fraction']:.1%})"
-            )
-        lines.append(
-            f"| {r['experiment'].rsplit('.', 1)[-1]} | {r['params'] / 1e9:.2f}B | "
-            f"{r['strategy']}: {mesh} | {r['devices']} | {_gib(r['per_device_bytes'])} | "
-            f"{'fits' if r['fits'] else 'not by this plan'} | {r['compile_s']:.0f} s |"
-        )
-    return "\n".join(lines)
-
-
-def aot_table(root: Path | None = None) -> str:
-    return render_aot_table(json.loads(((root or REPO_ROOT) / AOT_JSON).read_text()))
-
-
 def refresh(
     root: Path | None = None, files: tuple[str, ...] | list[str] = FILES, check: bool = False
 ) -> list[Path]:
@@ -150,8 +111,6 @@ def refresh(
     """
     root = root or REPO_ROOT
     generated = [(releases_table(root), START, END)]
-    if (root / AOT_JSON).is_file():
-        generated.append((aot_table(root), AOT_START, AOT_END))
     changed = []
     for name in files:
         path = root / name

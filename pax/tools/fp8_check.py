@@ -70,7 +70,7 @@ def measure(name: str, use_fp8: bool, steps: int, batch=None) -> dict:
     losses.append(float(metrics["loss"]))
     cfg = run.task.model
     tokens = run.global_batch * cfg.max_seq_len
-    flops = mfu.flops_per_token(cfg, cfg.max_seq_len) * tokens
+    flops = mfu.flops_per_step(cfg, run.global_batch)
     peak = mfu.peak_flops(jax.devices()[:1], "bfloat16")
     return {
         "experiment": registry.name_of(registry.get(name)),

@@ -10,7 +10,6 @@ import numpy as np
 from absl import logging
 
 from pax import data
-from pax.checkpoint.flax_file import FlaxFileCheckpointer
 from pax.checkpoint.manager import Checkpointer
 from pax.errors import UsageError
 from pax.experiments import config as config_lib
@@ -36,11 +35,7 @@ class Run:
     train_data: object
     eval_data: dict
     global_batch: int
-
-    @property
-    def pmap(self) -> bool:
-        """No ICI_MESH_SHAPE: data-parallel through jax.pmap, as Pax."""
-        return self.task.mesh.ici_mesh_shape is None
+    strategy: str  # placement.SPMD, PIPELINE or PMAP
 
 
 def prepare(experiment, devices=None) -> Run:
@@ -52,13 +47,9 @@ def prepare(experiment, devices=None) -> Run:
     _validate_names(task)
     devices = list(devices or jax.devices())
     mesh = build_mesh(task.mesh, devices)
-    pmap = task.mesh.ici_mesh_shape is None
+    strategy = placement.strategy(task.mesh)
+    pmap = strategy == placement.PMAP
     stages, microbatches = task.mesh.num_stages, task.mesh.num_microbatches
-    if pmap and stages > 1:
-        raise UsageError(
-            f"NUM_STAGES={stages} needs an ICI_MESH_SHAPE with a `stage` axis; without "
-            "one the experiment runs data-parallel through pmap"
-        )
     model = TransformerLm(
         task.model, mesh=None if pmap else mesh, num_stages=stages, num_microbatches=microbatches
     )
@@ -95,6 +86,7 @@ def prepare(experiment, devices=None) -> Run:
         train_data=train_data,
         eval_data={d.name: data.build(d, vocab) for d in datasets if not d.is_training},
         global_batch=global_batch,
+        strategy=strategy,
     )
 
 
@@ -253,13 +245,13 @@ def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool 
     """
     peak, summaries = _setup(run, job_dir, experiment_name)
     cfg = run.task.train
-    checkpointer = _checkpointer(run, job_dir, checkpoint_saving)
     place = placement.for_run(run)
+    checkpointer = place.checkpointer(job_dir, checkpoint_saving)
     logging.info(
         "%s: %.2fM parameters, %s over %s, global batch %d, peak %.3g FLOP/s (%s)",
         experiment_name,
         state_lib.num_params(place.abstract) / 1e6,
-        "pmap" if run.pmap else "mesh",
+        "pmap" if run.strategy == placement.PMAP else "mesh",
         dict(run.mesh.shape),
         run.global_batch,
         peak["flops"],
@@ -281,9 +273,7 @@ def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool 
     step = int(jax.device_get(state["step"]))
     state = place.place(state)
     tokens_per_step = run.global_batch * run.task.model.max_seq_len
-    flops_per_step = (
-        mfu.flops_per_token(run.task.model, run.task.model.max_seq_len) * tokens_per_step
-    )
+    flops_per_step = mfu.flops_per_step(run.task.model, run.global_batch)
 
     last, unchecked, timer = {}, [], _StepTimer()
     total = cfg.num_train_steps
@@ -340,8 +330,8 @@ def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool 
 
 def evaluate(run: Run, job_dir: str, experiment_name: str) -> dict:
     """Evaluate the newest checkpoint in job_dir on every eval split."""
-    checkpointer = _checkpointer(run, job_dir, saving=False)
     place = placement.for_run(run)
+    checkpointer = place.checkpointer(job_dir, saving=False)
     latest, state = (
         checkpointer.restore_latest(place.abstract)
         if os.path.isdir(checkpointer.directory)
@@ -360,12 +350,3 @@ def evaluate(run: Run, job_dir: str, experiment_name: str) -> dict:
     summaries.close()
     checkpointer.close()
     return results
-
-
-def _checkpointer(run: Run, job_dir: str, saving: bool):
-    """Orbax (tensorstore) checkpoints; pmap runs write Pax's single-file Flax ones unless
-    PMAP_USE_TENSORSTORE (--pmap_use_tensorstore)."""
-    cfg = run.task.train
-    if run.pmap and not cfg.pmap_use_tensorstore:
-        return FlaxFileCheckpointer(job_dir, cfg.checkpoint_max_to_keep, saving=saving)
-    return Checkpointer(job_dir, cfg.checkpoint_max_to_keep, cfg.async_checkpointing, saving=saving)

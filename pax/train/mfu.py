@@ -46,6 +46,11 @@ def flops_per_token(c: ModelConfig, seq_len: int) -> float:
     return 3.0 * (c.num_layers * layer + 2 * e * c.vocab_size)
 
 
+def flops_per_step(c: ModelConfig, batch: int) -> float:
+    """The MFU numerator: model FLOPs of one train step over `batch` rows of max_seq_len."""
+    return flops_per_token(c, c.max_seq_len) * batch * c.max_seq_len
+
+
 def table_peak(device_kind: str):
     # Longest key first, so 'TPU v5 lite' wins over 'TPU v5'.
     for kind in sorted(PEAK_FLOPS_BY_DEVICE_KIND, key=len, reverse=True):

@@ -1,32 +1,56 @@
-"""Where the train state and the batches live, and how the steps are compiled: SPMD or pmap.
+"""The partitioning strategy, decided here once from the config, and everything that follows
+from it: where the train state and the batches live, how the steps are compiled, and the
+checkpoint format.
 
-SPMD (an experiment with ICI_MESH_SHAPE): one jit over the device mesh, the state sharded by
-the logical-axis rules. pmap (no ICI_MESH_SHAPE, as Pax's LmCloudTransformerAdam): every
-local device holds a full replica of the state (a leading device axis), takes its slice of the
-batch, and the step averages gradients across devices itself.
+- spmd (ICI_MESH_SHAPE over (replica, data, mdl)): one jit over the device mesh, the state
+  sharded by the logical-axis rules; orbax (tensorstore) checkpoints.
+- pipeline (ICI_MESH_SHAPE with a `stage` axis and NUM_STAGES > 1): the same jit over the mesh;
+  the model stacks its layers into stages (pax.parallel.pipeline).
+- pmap (no ICI_MESH_SHAPE, as Pax's LmCloudTransformerAdam): every local device holds a full
+  replica of the state (a leading device axis), takes its slice of the batch, and the step
+  averages gradients across devices itself; Pax's single-file Flax checkpoints unless
+  PMAP_USE_TENSORSTORE.
 
-Both offer the same surface to the loop. The state is checkpointed, initialized and restored
-in its "host" form (SPMD: the sharded state as is; pmap: one replica) and turned into the
-device form by `place`.
+All offer the same surface to the loop. The state is checkpointed, initialized and restored in
+its "host" form (mesh strategies: the sharded state as is; pmap: one replica) and turned into
+the device form by `place`.
 """
 
 import jax
 import numpy as np
 from flax import jax_utils
 
+from pax.checkpoint.flax_file import FlaxFileCheckpointer
+from pax.checkpoint.manager import Checkpointer
+from pax.errors import UsageError
 from pax.parallel import sharding
 from pax.train import state as state_lib
 from pax.train.step import make_eval_step, make_train_step
 
 PMAP_AXIS = "batch"
+SPMD, PIPELINE, PMAP = "spmd", "pipeline", "pmap"
+
+
+def strategy(mesh_config) -> str:
+    """spmd, pipeline or pmap, from the experiment's mesh config; UsageError if contradictory."""
+    stages = mesh_config.num_stages
+    if mesh_config.ici_mesh_shape is None:
+        if stages > 1:
+            raise UsageError(
+                f"NUM_STAGES={stages} needs an ICI_MESH_SHAPE with a `stage` axis; without "
+                "one the experiment runs data-parallel through pmap"
+            )
+        return PMAP
+    return PIPELINE if stages > 1 else SPMD
 
 
 def for_run(run):
-    return Pmap(run) if run.pmap else Spmd(run)
+    return Pmap(run) if run.strategy == PMAP else Spmd(run)
 
 
 class _Placement:
-    """What both share: the run, the abstract state and its shardings, initialization."""
+    """What all share: the run, the abstract state and its shardings, initialization, and the
+    identity between host and device forms (pmap alone adds a device axis)."""
 
     def __init__(self, run, mesh):
         self.run = run
@@ -34,6 +58,21 @@ class _Placement:
 
     def init(self, seed: int):
         return state_lib.initialize(self.run.model, self.run.tx, self.shardings, seed)
+
+    def place(self, state):
+        return state
+
+    def unplace(self, state):
+        return state
+
+    def metrics(self, metrics):
+        return metrics
+
+    def checkpointer(self, job_dir: str, saving: bool):
+        cfg = self.run.task.train
+        return Checkpointer(
+            job_dir, cfg.checkpoint_max_to_keep, cfg.async_checkpointing, saving=saving
+        )
 
 
 class Spmd(_Placement):
@@ -51,15 +90,6 @@ class Spmd(_Placement):
             in_shardings=(state_lib.model_variables(self.shardings), batch),
             out_shardings=sharding.replicated(run.mesh),
         )
-
-    def place(self, state):
-        return state
-
-    def unplace(self, state):
-        return state
-
-    def metrics(self, metrics):
-        return metrics
 
     def batch(self, dataset, index: int):
         """This process's rows of global batch `index`, assembled into sharded global arrays."""
@@ -101,6 +131,12 @@ class Pmap(_Placement):
 
     def metrics(self, metrics):
         return self.unplace(metrics)
+
+    def checkpointer(self, job_dir: str, saving: bool):
+        cfg = self.run.task.train
+        if cfg.pmap_use_tensorstore:
+            return super().checkpointer(job_dir, saving)
+        return FlaxFileCheckpointer(job_dir, cfg.checkpoint_max_to_keep, saving=saving)
 
     def batch(self, dataset, index: int):
         """This process's rows of batch `index`, split along a leading local-device axis."""

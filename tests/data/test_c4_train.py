@@ -133,4 +133,7 @@ def test_multihost_pmap_on_a_stream_needs_tensorstore_checkpoints(shards, monkey
     pmap = derive(TinyC4, DATA_DIR=str(shards), ICI_MESH_SHAPE=None)
     with pytest.raises(loop.UsageError, match="holds one input position.*--pmap_use_tensorstore"):
         loop.prepare(pmap(), devices=jax.devices()[:1])
-    assert loop.prepare(derive(pmap, PMAP_USE_TENSORSTORE=True)(), devices=jax.devices()[:1]).pmap
+    assert (
+        loop.prepare(derive(pmap, PMAP_USE_TENSORSTORE=True)(), devices=jax.devices()[:1]).strategy
+        == "pmap"
+    )

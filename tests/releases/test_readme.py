@@ -91,34 +91,3 @@ def test_refresh_rewrites_only_marked_files(tmp_path):
     assert rows[0] == "| 1.10.0 | 2026-01-02 | r1.10.0 | 0.2.0 / 0.2.0 | 1 | 2 | 3 | 4 | 3.11 |"
     assert (tmp_path / "releases" / "README.md").read_text() == "no markers here\n"
     assert readme.refresh(tmp_path) == []
-
-
-def test_readme_aot_table_is_rendered_from_docs_aot_json():
-    text = (ROOT / "README.md").read_text()
-    blocks = readme.blocks(text, readme.AOT_START, readme.AOT_END)
-    assert len(blocks) == 1, "README.md needs one aot-table block"
-    assert blocks[0] == f"\n\n{readme.aot_table(ROOT)}\n\n", (
-        "README's compile table differs from docs/aot.json; run ./noxw -s aot (or readme)"
-    )
-
-
-def test_aot_table_rows():
-    row = {
-        "experiment": "tasks.lm.params.c4.X",
-        "params": 2.88e9,
-        "strategy": "spmd",
-        "mesh": {"stage": 4, "data": 4},
-        "devices": 16,
-        "per_device_bytes": 3 * 2**30,
-        "fits": True,
-        "compile_s": 29.4,
-        "pipeline": {"stages": 4, "microbatches": 16, "bubble_fraction": 3 / 19},
-    }
-    lines = readme.render_aot_table([row, {**row, "pipeline": False, "fits": False}]).splitlines()
-    assert lines[2] == (
-        "| X | 2.88B | spmd: stage 4, data 4 (4 stages × 16 microbatches, "
-        "bubble 15.8%) | 16 | 3.0 GiB | fits | 29 s |"
-    )
-    assert (
-        lines[3] == "| X | 2.88B | spmd: stage 4, data 4 | 16 | 3.0 GiB | not by this plan | 29 s |"
-    )

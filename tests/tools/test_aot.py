@@ -1,4 +1,5 @@
-"""Pax's 1B and 2B experiments compile for their real 4-device mesh, at real size, on CPU."""
+"""Pax's reference experiments compile for their real meshes, at real size, on CPU; README's
+table is what docs/aot.json says."""
 
 import json
 import os
@@ -7,7 +8,12 @@ import sys
 
 import pytest
 
+from pax.experiments import registry
+from pax.releases import readme
+from pax.tools import aot
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXPECTED_TO_FIT = [n for n in registry.pax_references() if n not in aot.EXPECTED_NOT_TO_FIT]
 
 
 def test_reference_experiments_compile_at_full_size_and_fit(tmp_path):
@@ -18,10 +24,7 @@ def test_reference_experiments_compile_at_full_size_and_fit(tmp_path):
             sys.executable,
             "-m",
             "pax.tools.aot",
-            "C4Spmd1BAdam4Replicas",
-            "LmCloudSpmd2BLimitSteps",
-            "C4SpmdPipelineGpt3SmallAdam64Replicas",
-            "LmCloudTransformerAdamLimitSteps",
+            *EXPECTED_TO_FIT,
             "--json",
             str(out),
         ],
@@ -55,3 +58,34 @@ def test_reference_experiments_compile_at_full_size_and_fit(tmp_path):
         assert 0 < r["per_device_bytes"] <= 32 * 2**30 and r["fits"]
         assert r["params"] == recorded[name]["params"]
         assert r["per_device_bytes"] == pytest.approx(recorded[name]["per_device_bytes"], rel=0.1)
+
+
+def test_readme_aot_table_is_rendered_from_docs_aot_json():
+    text = (aot.ROOT / "README.md").read_text()
+    blocks = readme.blocks(text, aot.START, aot.END)
+    assert len(blocks) == 1, "README.md needs one aot-table block"
+    assert blocks[0] == f"\n\n{aot.recorded_table()}\n\n", (
+        "README's compile table differs from docs/aot.json; run ./noxw -s aot (or readme)"
+    )
+
+
+def test_aot_table_rows():
+    row = {
+        "experiment": "tasks.lm.params.c4.X",
+        "params": 2.88e9,
+        "strategy": "spmd",
+        "mesh": {"stage": 4, "data": 4},
+        "devices": 16,
+        "per_device_bytes": 3 * 2**30,
+        "fits": True,
+        "compile_s": 29.4,
+        "pipeline": {"stages": 4, "microbatches": 16, "bubble_fraction": 3 / 19},
+    }
+    lines = aot.render_table([row, {**row, "pipeline": False, "fits": False}]).splitlines()
+    assert lines[2] == (
+        "| X | 2.88B | spmd: stage 4, data 4 (4 stages × 16 microbatches, "
+        "bubble 15.8%) | 16 | 3.0 GiB | fits | 29 s |"
+    )
+    assert (
+        lines[3] == "| X | 2.88B | spmd: stage 4, data 4 | 16 | 3.0 GiB | not by this plan | 29 s |"
+    )

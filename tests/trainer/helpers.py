@@ -42,7 +42,7 @@ def read_metrics(job_dir, split="train"):
 
 def read_scalars(event_file) -> dict:
     """{tag: [(step, value)]} from a TensorBoard event file (TFRecord framing, Event protos)."""
-    from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+    from tensorboardX.proto import event_pb2
 
     scalars = {}
     with open(event_file, "rb") as f:

@@ -119,7 +119,7 @@ def test_soak_interruptions_change_nothing(tmp_path):
 
 
 def _restore_params(job_dir, name):
-    import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+    import orbax.checkpoint as ocp
 
     path = os.path.join(job_dir, "checkpoints", name, "state")
     return ocp.StandardCheckpointer().restore(path)["params"]

@@ -36,7 +36,7 @@ def spmd_losses(tmp_path_factory):
 def test_pmap_matches_spmd_and_resumes_from_flax_file_checkpoints(tmp_path, spmd_losses):
     job = str(tmp_path / "job")
     run = loop.prepare(derive(Pmap, NUM_TRAIN_STEPS=3)())
-    assert run.pmap and run.model.mesh is None
+    assert run.strategy == "pmap" and run.model.mesh is None
     loop.train(run, job, "pmap")
     # Pax's pmap layout without tensorstore: one Flax (msgpack) file per step.
     assert os.path.isfile(os.path.join(job, "checkpoints", "checkpoint_00000003"))

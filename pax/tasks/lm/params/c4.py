@@ -2,6 +2,7 @@
 
 from pax.experiments.base import BaseExperiment
 from pax.experiments.registry import register
+from pax.tasks.lm.params.cpu_size import CpuSizedLm
 
 
 @register
@@ -24,7 +25,7 @@ class C4SpmdAdam(BaseExperiment):
     EVAL_EVERY_N_STEPS = 100
 
 
-@register
+@register(pax_reference=True)
 class C4Spmd1BAdam4Replicas(C4SpmdAdam):
     NUM_LAYERS = 13
     MODEL_DIMS = 2560
@@ -42,7 +43,7 @@ class C4Spmd1BAdam4ReplicasFp8(C4Spmd1BAdam4Replicas):
     USE_FP8 = True
 
 
-@register
+@register(pax_reference=True)
 class C4Spmd16BAdam32Replicas(C4SpmdAdam):
     NUM_LAYERS = 36
     MODEL_DIMS = 6144
@@ -55,7 +56,7 @@ class C4Spmd16BAdam32Replicas(C4SpmdAdam):
     ATTENTION_QUERY_CHUNK = 256
 
 
-@register
+@register(pax_reference=True)
 class C4SpmdPipelineGpt3SmallAdam64Replicas(C4SpmdAdam):
     """GPT-3 XL-sized layers in 4 pipeline stages on a [stage, replica, data, mdl] mesh.
 
@@ -88,30 +89,12 @@ class C4SpmdPipelineGpt3SmallAdam64Replicas(C4SpmdAdam):
 
 
 @register
-class C4SpmdTinyAdam1Replica(C4SpmdAdam):
+class C4SpmdTinyAdam1Replica(CpuSizedLm, C4SpmdAdam):
     """C4 at CPU size: a byte-level 4 × 256 LM on one device, f32, packed rows of 128 tokens.
 
     Point it at shards with --data_dir (python -m pax.data sample writes small ones); set
     TOKENIZER_PATH (and VOCAB_SIZE) for a SentencePiece vocabulary.
     """
 
-    VOCAB_SIZE = 256
-    NUM_LAYERS = 4
-    MODEL_DIMS = 256
-    HIDDEN_DIMS = 1024
-    NUM_HEADS = 4
-    SEQ_LEN = 128
-    PERCORE_BATCH_SIZE = 16
-    ICI_MESH_SHAPE = (1, 1, 1)
-    FPROP_DTYPE = "float32"
     REMAT_POLICY = "none"
-    LEARNING_RATE = 3e-3
-    LR_SCHEDULE = "linear_rampup_cosine_decay"
-    LR_WARMUP_STEPS = 20
-    LR_DECAY_START = 20
-    LR_DECAY_END = 150
-    NUM_TRAIN_STEPS = 150
-    SUMMARY_EVERY_N_STEPS = 10
-    EVAL_EVERY_N_STEPS = 50
     EVAL_NUM_BATCHES = 2
-    CHECKPOINT_EVERY_N_STEPS = 50

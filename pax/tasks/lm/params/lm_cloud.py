@@ -2,6 +2,7 @@
 
 from pax.experiments.base import BaseExperiment
 from pax.experiments.registry import register
+from pax.tasks.lm.params.cpu_size import CpuSizedLm
 
 
 @register
@@ -22,7 +23,7 @@ class LmCloudTransformerAdam(BaseExperiment):
     ATTENTION_QUERY_CHUNK = 256
 
 
-@register
+@register(pax_reference=True)
 class LmCloudTransformerAdamLimitSteps(LmCloudTransformerAdam):
     NUM_TRAIN_STEPS = 2000
     CHECKPOINT_EVERY_N_STEPS = 1000
@@ -52,38 +53,20 @@ class LmCloudSpmd2B(LmCloudSpmd):
     REMAT_POLICY = "full"  # Pax's SAVE_NOTHING
 
 
-@register
+@register(pax_reference=True)
 class LmCloudSpmd2BLimitSteps(LmCloudSpmd2B):
     NUM_TRAIN_STEPS = 300
     CHECKPOINT_EVERY_N_STEPS = 300
 
 
 @register
-class LmCloudSpmdTiny(LmCloudSpmd):
+class LmCloudSpmdTiny(CpuSizedLm, LmCloudSpmd):
     """The reference run for a CPU: a byte-level LM on the text CPython ships (pydoc topics).
 
     About two minutes on 2 CPU cores; the loss falls from ln(256) ≈ 5.5 to well below the
     unigram entropy of the corpus's bytes (3.26 nats).
     """
 
-    VOCAB_SIZE = 256
-    NUM_LAYERS = 4
-    MODEL_DIMS = 256
-    HIDDEN_DIMS = 1024
-    NUM_HEADS = 4
-    SEQ_LEN = 128
-    PERCORE_BATCH_SIZE = 16
-    ICI_MESH_SHAPE = (1, 1, 1)
-    FPROP_DTYPE = "float32"
-    LEARNING_RATE = 3e-3
-    LR_SCHEDULE = "linear_rampup_cosine_decay"
-    LR_WARMUP_STEPS = 20
-    LR_DECAY_START = 20
-    LR_DECAY_END = 150
-    NUM_TRAIN_STEPS = 150
-    SUMMARY_EVERY_N_STEPS = 10
-    EVAL_EVERY_N_STEPS = 50
-    CHECKPOINT_EVERY_N_STEPS = 50
     DATA_SOURCE = "embedded"
 
 

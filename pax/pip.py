@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pax.releases.catalog import REPO_ROOT
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Machine-local pip settings (extra indexes, find-links, constraint files) must not leak into a
 # pinned install or a lock; pip's own default index (or PIP_INDEX_URL, if a user sets a mirror)
