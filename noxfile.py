@@ -110,8 +110,8 @@ def env(session: nox.Session) -> None:
     env in it; exit 0 when it is exactly its lock)."""
     args = list(session.posargs)
     release = _release(session, args)
-    platform = args.pop(0) if args and args[0] in dist_release.LOCK_PLATFORMS else "cpu"
-    path = dist_venv.env_path(release, platform)
+    platform = args.pop(0) if args and args[0] in catalog.LOCK_PLATFORMS else "cpu"
+    path = venv.env_path(release, platform)
     # An env that is there is described as it is (a drifted one shows its drift table, where
     # building would stop at the mismatch); a missing one is built first.
     python = path / "bin" / "python" if path.exists() else _env(session, release, platform).python
