@@ -283,36 +283,30 @@ def data(session: nox.Session) -> None:
 
 
 # Loss curves (pax.curves: no jax; matplotlib comes with the tools venv, never a release lock).
-@nox.session(venv_backend="none")
-def plot(session: nox.Session) -> None:
-    """Draw runs' loss and log-perplexity: `plot -- JOB_DIR... [--out F.png] [--reference NAME]`."""
+def _curves(session: nox.Session, command: str, usage: str) -> None:
     if not session.posargs:
-        session.error("plot: usage: ./noxw -s plot -- JOB_DIR... [--out F.png] [--reference NAME]")
+        session.error(f"{command}: usage: ./noxw -s {command} -- {usage}")
     session.run(
         sys.executable,
         "-m",
         "pax.curves",
-        "plot",
+        command,
         *session.posargs,
         external=True,
         env={"PYTHONPATH": str(ROOT)},
     )
+
+
+@nox.session(venv_backend="none")
+def plot(session: nox.Session) -> None:
+    """Draw runs' loss and log-perplexity: `plot -- JOB_DIR... [--out F.png] [--reference NAME]`."""
+    _curves(session, "plot", "JOB_DIR... [--out F.png] [--reference NAME]")
 
 
 @nox.session(venv_backend="none")
 def compare(session: nox.Session) -> None:
     """Is a run inside its reference band: `compare -- JOB_DIR [--reference NAME] [--partial]`."""
-    if not session.posargs:
-        session.error("compare: usage: ./noxw -s compare -- JOB_DIR [--reference NAME]")
-    session.run(
-        sys.executable,
-        "-m",
-        "pax.curves",
-        "compare",
-        *session.posargs,
-        external=True,
-        env={"PYTHONPATH": str(ROOT)},
-    )
+    _curves(session, "compare", "JOB_DIR [--reference NAME]")
 
 
 @nox.session(venv_backend="none")
