@@ -40,6 +40,18 @@ def pip_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def user_cache_dir(name: str, fallback_prefix: str = "pax-") -> Path:
+    """`$XDG_CACHE_HOME/pax/NAME` (default ~/.cache/pax/NAME), made if need be: pax's own
+    files stay out of the checkout. A home that is not ours (a container run with --user UID)
+    gets a private temporary folder instead."""
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pax"
+    try:
+        (home / name).mkdir(parents=True, exist_ok=True)
+        return home / name
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix=fallback_prefix))
+
+
 @functools.cache
 def pip_python() -> str:
     """An interpreter that has pip: this one, the tools venv's, a python3 on PATH or the base
@@ -57,12 +69,7 @@ def pip_python() -> str:
     for found in (shutil.which("python3.11"), shutil.which("python3"), base_python()):
         if found and has_pip(found):
             return found
-    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pax"
-    try:
-        home.mkdir(parents=True, exist_ok=True)
-    except OSError:  # a home that is not ours (a container run with --user UID): a private one
-        home = Path(tempfile.mkdtemp(prefix="pax-pip-"))
-    venv = home / "pip-venv"
+    venv = user_cache_dir("pip-venv", "pax-pip-")
     python = str(venv / "bin" / "python")
     if not (Path(python).exists() and has_pip(python)):
         shutil.rmtree(venv, ignore_errors=True)

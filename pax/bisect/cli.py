@@ -4,29 +4,27 @@
   (nox: ./noxw -s bisect -- --good 1.3.0 --bad 1.4.0 -- python -c "import jax")
 
 A and B: a release, a lockfile path or GITREV:path (see pax.releases.diff), or `image`: inside a
-pax image, the lock it was built from ($PAX_LOCKFILE). The search:
+pax image, the lock it was built from ($PAX_LOCKFILE).
 
-1. diff the locks into changes and group what must move together: jax, jaxlib, the jax
-   plugins and libtpu; each `nvidia-*-cuNN` family; every `--group a,b` the user gives.
-   Groups are ordered dependencies first (from the wheels' metadata), then by name.
-2. confirm the endpoints: COMMAND passes in an env built exactly from GOOD, fails in BAD.
-3. binary-search the prefixes GOOD + groups[:k]; a candidate that cannot be installed or
-   fails `pip check` is skipped (like `git bisect skip`) and a neighbour is tried instead.
-4. check the culprit alone on top of GOOD; if it passes alone, search the groups before it
-   for the smallest set that breaks together with it.
-5. with --versions, when one package breaks alone: list the releases the index published
-   between its GOOD and BAD versions (pax.environments.index) and bisect them, each on top of GOOD,
-   to name the first bad release (pre-releases only when an endpoint is one).
+1. Every wheel of GOOD and BAD is fetched and hash-checked once, up front, into the wheel
+   cache; a wheel that cannot be had stops the run there, before any env is built.
+2. The changes are grouped as they must move together (pax.bisect.groups) and ordered,
+   dependencies first; pax.bisect.search judges candidates GOOD + some groups: the endpoints,
+   a binary search over prefixes (uninstallable candidates skipped, as `git bisect skip`), and
+   the culprit confirmed on fresh verdicts (alone on GOOD fails; BAD without it passes).
+3. With --versions, when one package breaks alone: the releases the index published between
+   its GOOD and BAD versions are walked the same way, each on top of GOOD.
 
-Each env is built from one shared, hash-verified wheel cache with `--no-deps` installs, and
-reused between steps (only what differs is reinstalled). COMMAND runs in it (its bin/ first
-on PATH, pax importable: the checkout, or in an image the installed pax alone, on
-PYTHONPATH), with a timeout; exit 0 is good, 125 is skip (as in `git
-bisect run`), anything else (a timeout too) is bad. `--retries N` runs each step up to N+1
-times; the verdict is the strict majority (no majority: skip).
+COMMAND runs in each candidate env (pax.bisect.steps) with a timeout: exit 0 passes, 125 skips
+(as in `git bisect run`), anything else fails. A verdict takes up to `--retries N` + 1 runs
+under pax.bisect.rule: good as soon as `--passes K` (default 1) runs pass, bad once K can no
+longer be reached; `--flaky` is 5 runs, any pass. The report says which verdicts were mixed.
 
-Output folder: report.txt, report.json, steps.jsonl, and one log per step. Exit status:
-0 culprit found; 1 endpoints do not reproduce or nothing could be isolated; 2 usage error.
+Progress goes to stdout; the report to stderr, its verdict the first and the last line (an
+input error: one line). Output folder (default $XDG_CACHE_HOME/pax/bisect/<time>, ~/.cache when
+unset): report.txt, report.json, steps.jsonl, one log per step. Exit status: 0 culprit found
+and confirmed; 1 no confirmed culprit (endpoints do not reproduce, unconfirmed, or another
+change breaks BAD too); 2 the tool's inputs (usage, locks, wheels, index, COMMAND).
 """
 
 from __future__ import annotations
@@ -36,18 +34,33 @@ import datetime as _dt
 import functools
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
 from pathlib import Path
 
+from pax.bisect import search as bisect_search
 from pax.bisect.groups import make_groups, order_groups
-from pax.bisect.report import format_report
-from pax.bisect.search import Bisector
+from pax.bisect.report import Run, format_report, report_json
+from pax.bisect.rule import FLAKY, Rule
+from pax.bisect.steps import InputError, Trials
 from pax.environments import index
 from pax.environments.wheelcache import EnvBuilder, WheelCache
+from pax.pip import user_cache_dir
 from pax.releases import catalog as dist_release
 from pax.releases import diff as dist_diff
+
+_VENV_PYTHONS = ("python", "python3", f"python3.{sys.version_info.minor}")
+
+
+class UsageError(Exception):
+    """A command line that cannot be run; the message is one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line on stderr, not argparse's usage block
+        raise UsageError(f"{message} (see --help)")
 
 
 def _default_platform() -> str:
@@ -81,21 +94,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         argv, command = argv[:cut], argv[cut + 1 :]
     else:
         command = []
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m pax.bisect",
         usage="%(prog)s --good A --bad B [--platform cpu] [options] -- COMMAND...",
         description="Find the package change between two lockfiles that breaks COMMAND.",
     )
-    parser.add_argument(
-        "--good",
-        required=True,
-        help="release, lockfile path, GITREV:path, or `image` ($PAX_LOCKFILE)",
-    )
-    parser.add_argument(
-        "--bad",
-        required=True,
-        help="release, lockfile path, GITREV:path, or `image` ($PAX_LOCKFILE)",
-    )
+    lock_help = "release, lockfile path, GITREV:path, or `image` ($PAX_LOCKFILE)"
+    parser.add_argument("--good", required=True, help=lock_help)
+    parser.add_argument("--bad", required=True, help=lock_help)
     parser.add_argument(
         "--platform",
         default=_default_platform(),
@@ -112,9 +118,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--retries",
         type=int,
-        default=0,
         metavar="N",
-        help="run each step up to N+1 times; the verdict is the majority",
+        help="up to N+1 runs of COMMAND per verdict: good as soon as --passes of them pass, "
+        "bad once that cannot happen (default 0)",
+    )
+    parser.add_argument(
+        "--passes",
+        type=int,
+        metavar="K",
+        help="passing runs that make a verdict good (default 1: a flake fails, a break never "
+        "passes); raise it when a broken env can pass by chance",
+    )
+    parser.add_argument(
+        "--flaky",
+        action="store_true",
+        help=f"preset for a flaky COMMAND: {FLAKY.describe()} (--retries 4 --passes 1)",
     )
     parser.add_argument(
         "--timeout",
@@ -124,13 +142,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="per run of COMMAND; a timeout counts as bad (default 3600)",
     )
     parser.add_argument(
-        "--out",
-        type=Path,
-        help="output folder (default runs/bisect/<time>, "
-        "under the checkout, else under the current folder)",
+        "--out", type=Path, help="output folder (default $XDG_CACHE_HOME/pax/bisect/<time>)"
     )
     parser.add_argument(
-        "--cache", type=Path, help="wheel cache (default .venv/bisect/wheels, likewise)"
+        "--cache", type=Path, help="wheel cache (default $XDG_CACHE_HOME/pax/wheels)"
     )
     parser.add_argument("--env", type=Path, help="the working venv (default OUT/env)")
     parser.add_argument("--keep-env", action="store_true", help="keep the venv at the end")
@@ -153,10 +168,160 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not command:
         parser.error("name the COMMAND after `--`, e.g. -- python -c 'import jax'")
-    if args.retries < 0:
+    if args.flaky and (args.retries is not None or args.passes is not None):
+        parser.error("--flaky is --retries 4 --passes 1: give either the preset or the numbers")
+    if args.retries is not None and args.retries < 0:
         parser.error("--retries must be 0 or more")
+    runs = (args.retries or 0) + 1
+    if args.passes is not None and not 1 <= args.passes <= runs:
+        parser.error(f"--passes must be between 1 and the {runs} run(s) --retries allows")
+    args.rule = FLAKY if args.flaky else Rule(runs, args.passes or 1)
     args.command = command
     return args
+
+
+def default_out() -> Path:
+    """A new folder under the user's cache, one per run."""
+    base = user_cache_dir("bisect")
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out, n = base / stamp, 1
+    while out.exists():
+        n += 1
+        out = base / f"{stamp}-{n}"
+    return out
+
+
+def _load(flag: str, spec: str, platform: str) -> dist_diff.Lock:
+    try:
+        return dist_diff.load(spec, platform)
+    except dist_diff.LockSpecError as err:
+        raise InputError(f"{flag} {err}") from None
+
+
+def check_command(command: list[str], cwd: Path) -> None:
+    """What can be told before any env exists: a COMMAND path that is not there or cannot run.
+    (A bare name is checked against the wheels, once they are fetched.)"""
+    words = command
+    if len(command) == 1:  # a shell line: its first word, when it parses as one
+        try:
+            words = shlex.split(command[0])
+        except ValueError:
+            return  # the shell will say (126/127 on its first run)
+    name = words[0] if words else ""
+    if os.sep not in name:
+        return
+    path = cwd / name
+    if not path.exists():
+        raise InputError(f"COMMAND {name}: no such file (from {cwd})")
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise InputError(
+            f"COMMAND {name} is not executable: chmod +x it, or run it through its "
+            f"interpreter (-- bash {name}, -- python {name})"
+        )
+
+
+def check_command_name(command: list[str], scripts: set[str], log) -> None:
+    """A bare COMMAND name must come from GOOD's env (a python, or a package's script) or PATH."""
+    if len(command) == 1 or os.sep in command[0]:
+        return
+    name = command[0]
+    if name in _VENV_PYTHONS or name in scripts:
+        return
+    found = shutil.which(name)
+    if found is None:
+        raise InputError(
+            f"COMMAND {name!r} not found: not on PATH, and no package in GOOD installs it; "
+            "check its spelling, or add its package to the lock"
+        )
+    log(
+        f"note: COMMAND {name} is {found}, from outside the candidate envs (no package in GOOD "
+        "installs it)"
+    )
+
+
+def _bisect(args: argparse.Namespace, run: Run, out: Path, log) -> None:
+    good = _load("--good", args.good, args.platform)
+    bad = _load("--bad", args.bad, args.platform)
+    run.good, run.bad = good.label, bad.label
+    changes = dist_diff.diff(good.pins, bad.pins)
+    if not changes:
+        raise InputError("GOOD and BAD pin the same packages: nothing to bisect")
+    cwd = Path.cwd()
+    check_command(args.command, cwd)
+    find_links = [d if "://" in d else str(Path(d).resolve()) for d in args.find_links]
+    cache_dir = (args.cache or user_cache_dir("wheels")).resolve()
+    cache = WheelCache(cache_dir, args.index_url, find_links, args.no_index, log=log)
+    try:
+        builder = EnvBuilder((args.env or out / "env").resolve(), cache, args.installer, log=log)
+        pins = sorted({*good.pins.values(), *bad.pins.values()}, key=lambda p: p.name)
+        problems = cache.fetch(pins)
+    except RuntimeError as err:  # no installer, no pip to be had
+        raise InputError(str(err)) from None
+    if problems:
+        run.wheel_problems = [p.as_json() for p in problems]
+        more = f" (and {len(problems) - 1} more: see report.json)" if len(problems) > 1 else ""
+        raise InputError(problems[0].message + more)
+    check_command_name(
+        args.command, set().union(*(cache.scripts(p) for p in good.pins.values())), log
+    )
+    groups = order_groups(
+        make_groups(changes, [g.split(",") for g in args.group], log=log), cache.requires
+    )
+    run.groups = groups
+    pythonpath = out / ".pythonpath"
+    trials = Trials(
+        good.pins,
+        groups,
+        args.command,
+        builder,
+        out,
+        args.rule,
+        timeout=args.timeout,
+        cwd=cwd,
+        pythonpath=import_root(pythonpath),
+        log=log,
+    )
+    run.trials = trials
+    verdicts = bisect_search.Verdicts(trials, log=log)
+    n = len(groups)
+    log(f"{n} group(s) of changes; rule: {args.rule.describe()}")
+    for number, group in enumerate(groups, 1):
+        log(f"  {number:>3}. {group.describe()}")
+    try:
+        run.outcome = bisect_search.Bisection(n, verdicts, log=log).run()
+        if args.versions:
+            before = len(trials.steps)
+            walk = bisect_search.walk_versions(
+                run.outcome,
+                groups,
+                verdicts,
+                functools.partial(
+                    index.published,
+                    index_url=args.index_url,
+                    find_links=find_links,
+                    no_index=args.no_index,
+                ),
+                log=log,
+            )
+            run.versions = _walk_report(walk, trials, trials.steps[before:])
+    finally:
+        run.contested = [trials.label(s) for s in verdicts.contested()]
+        shutil.rmtree(pythonpath, ignore_errors=True)
+        if not args.keep_env:
+            builder.discard()
+
+
+def _walk_report(walk: dict, trials: Trials, walked: list) -> dict:
+    """The walk's result with the steps it took: env builds, skipped releases and why."""
+    states = walk.pop("states", None)
+    if states:
+        walk["last_good_step"] = trials.history[states[0]][-1].number
+        walk["first_bad_step"] = trials.history[states[1]][-1].number
+    walk["env_builds"] = sum(s.built for s in walked)
+    walk["skipped"] = {
+        s.pin.split("==", 1)[1]: s.reason for s in walked if s.verdict == "skip" and s.pin
+    }
+    return walk
 
 
 def main(argv: list[str] | None = None, log=None) -> int:
@@ -164,85 +329,32 @@ def main(argv: list[str] | None = None, log=None) -> int:
     log = log or (lambda msg: print(f"bisect: {msg}", flush=True))
     try:
         args = parse_args(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
-    try:
-        good = dist_diff.load(args.good, args.platform)
-        bad = dist_diff.load(args.bad, args.platform)
-    except dist_diff.LockSpecError as err:
+    except UsageError as err:
         print(f"bisect: {err}", file=sys.stderr)
         return 2
-    root = checkout() or Path.cwd()
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = (args.out or root / "runs" / "bisect" / stamp).resolve()
-    if out.exists() and any(out.iterdir()):
+    out = (args.out or default_out()).resolve()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
         print(f"bisect: output folder {out} is not empty; name another with --out", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)
-    find_links = [d if "://" in d else str(Path(d).resolve()) for d in args.find_links]
-    index_args = (
-        (["--index-url", args.index_url] if args.index_url else [])
-        + [a for d in find_links for a in ("--find-links", d)]
-        + (["--no-index"] if args.no_index else [])
-    )
-    started = time.monotonic()
-    changes = dist_diff.diff(good.pins, bad.pins)
-    cache = WheelCache(
-        (args.cache or root / ".venv" / "bisect" / "wheels").resolve(), index_args, log=log
-    )
     try:
-        builder = EnvBuilder((args.env or out / "env").resolve(), cache, args.installer, log=log)
-        cache.fetch(sorted({*good.pins.values(), *bad.pins.values()}, key=lambda p: p.name))
-    except RuntimeError as err:  # no installer to be had
-        print(f"bisect: {err}", file=sys.stderr)
-        out.rmdir()  # still empty: nothing half-written
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        print(f"bisect: cannot make the output folder {out}: {err.strerror}", file=sys.stderr)
         return 2
-    groups = order_groups(
-        make_groups(changes, [g.split(",") for g in args.group], log=log), cache.requires
-    )
-    pythonpath = out / ".pythonpath"
-    bis = Bisector(
-        good,
-        bad,
-        groups,
-        args.command,
-        builder,
-        out,
-        retries=args.retries,
-        timeout=args.timeout,
-        pythonpath=import_root(pythonpath),
-        log=log,
-    )
+    log(f"output folder {out}")
+    run = Run(out, args.command, args.rule)
+    started = time.monotonic()
     try:
-        result = bis.run()
-        if args.versions:
-            result["versions"] = bis.walk_versions(
-                result,
-                functools.partial(
-                    index.published,
-                    index_url=args.index_url,
-                    find_links=find_links,
-                    no_index=args.no_index,
-                ),
-            )
+        _bisect(args, run, out, log)
+    except InputError as err:
+        run.error = str(err)
     finally:
-        shutil.rmtree(pythonpath, ignore_errors=True)
-        if not args.keep_env:
-            builder.discard()
-    seconds = time.monotonic() - started
-    text = format_report(good, bad, bis, result, args.command, seconds)
-    report = {
-        **result,
-        "good": good.label,
-        "bad": bad.label,
-        "command": args.command,
-        "steps": [s.as_json() for s in bis.steps],
-        "env_builds": len(bis.steps),
-        "builds": bis.builds,
-        "missing_wheels": cache.missing,
-        "seconds": round(seconds, 1),
-    }
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "report.txt").write_text(text + "\n")
-    print(text, flush=True)
-    return 0 if result["status"] == "found" else 1
+        run.seconds = time.monotonic() - started
+        text = format_report(run)
+        (out / "report.json").write_text(json.dumps(report_json(run), indent=2) + "\n")
+        (out / "report.txt").write_text(text + "\n")
+    if run.error:
+        print(f"bisect: {run.error}", file=sys.stderr, flush=True)
+    else:
+        print(text, file=sys.stderr, flush=True)
+    return run.exit_code

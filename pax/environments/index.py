@@ -112,3 +112,36 @@ def published(
     return {
         v: () if None in h else tuple(sorted(f"sha256:{d}" for d in h)) for v, h in hashes.items()
     }
+
+
+def check_sources(
+    probe: str,
+    index_url: str | None = None,
+    find_links: list[str] = (),
+    no_index: bool = False,
+    timeout: float = 15.0,
+) -> None:
+    """Raise IndexUnreadable, naming the place and the fix, when a source pip would read cannot
+    be: a find-links folder that does not exist, a page or index that does not answer.
+
+    pip retries an unreachable index for minutes, then says only that no version satisfies the
+    requirement; reading one page (`probe`'s) first turns that into the real reason."""
+    for place in find_links:
+        if "://" in place:
+            _answering(place, timeout, f"--find-links {place}")
+        elif not Path(place).is_dir():
+            raise IndexUnreadable(f"--find-links {place}: no such folder")
+    if not no_index:
+        base = index_url or os.environ.get("PIP_INDEX_URL") or PYPI_SIMPLE
+        _answering(f"{base.rstrip('/')}/{lockfile.canonicalize(probe)}/", timeout, f"index {base}")
+
+
+def _answering(url: str, timeout: float, what: str) -> None:
+    try:
+        _read(url, timeout)
+    except IndexUnreadable as err:
+        reason = str(err).removeprefix(f"{url}: ")
+        raise IndexUnreadable(
+            f"{what} is unreachable ({reason}): check the address and the network, or work "
+            "offline with --no-index --find-links DIR"
+        ) from None

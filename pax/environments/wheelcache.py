@@ -13,18 +13,25 @@ finds one, or makes one with ensurepip, as inside a pax image). `installer="uv"`
 
 from __future__ import annotations
 
+import configparser
 import dataclasses
+import os
+import platform
 import re
 import shutil
 import subprocess
+import sys
+import sysconfig
 import tempfile
 import time
 import zipfile
 from email.parser import HeaderParser
 from pathlib import Path
 
+from pax.environments import index
 from pax.pip import base_python, installed_versions, pip_env, pip_python, pip_runner
 from pax.releases import lockfile
+from pax.releases.diff import compare_versions
 from pax.releases.lockfile import Pin
 
 _REQ_NAME_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
@@ -48,16 +55,100 @@ def _tail(text: str, lines: int = 3) -> str:
     return " | ".join(kept[-lines:]) if kept else ""
 
 
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """A pin whose wheel cannot be had; `message` is one line that names the fix."""
+
+    kind: str  # "hash mismatch" | "no wheel" | "unreachable"
+    pin: str  # name==version ("" for a source that does not answer)
+    message: str
+    file: str = ""  # hash mismatch: the file the index served ...
+    expected: tuple[str, ...] = ()  # ... the lock's hashes ...
+    actual: str = ""  # ... and the file's
+
+    def as_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_NO_MATCH_RE = re.compile(r"No matching distribution found for (\S+)")
+_FROM_VERSIONS_RE = re.compile(r"\(from versions: ([^)]*)\)")
+
+
+def platform_label() -> str:
+    """What a wheel's tags must fit here (venvs are made from this interpreter's base)."""
+    return (
+        f"{platform.python_implementation()} {sys.version_info.major}.{sys.version_info.minor} "
+        f"on {sysconfig.get_platform()}"
+    )
+
+
+def _pip_errors(text: str, fallback_lines: int = 3) -> str:
+    """pip's ERROR: lines (its progress lines say nothing about what went wrong), else a tail."""
+    errors = [line.strip() for line in text.splitlines() if line.startswith("ERROR:")]
+    return " | ".join(errors) if errors else _tail(text, fallback_lines)
+
+
+def _batches(pins: list[Pin]) -> list[list[Pin]]:
+    """pip takes one version of a name per call."""
+    batches: list[list[Pin]] = []
+    for pin in pins:
+        batch = next((b for b in batches if all(p.name != pin.name for p in b)), None)
+        if batch is None:
+            batches.append(batch := [])
+        batch.append(pin)
+    return batches
+
+
+def _key(pin: Pin) -> str:
+    return f"{pin.name}=={pin.version}"
+
+
+def _sha256s(pin: Pin) -> set[str]:
+    return {h.split(":", 1)[1] for h in pin.hashes if h.startswith("sha256:")}
+
+
+def _same_version(path: Path, pin: Pin) -> bool:
+    found = wheel_name_version(path.name)
+    return bool(found) and found[0] == pin.name and compare_versions(found[1], pin.version) == 0
+
+
+def _find_pin(pins: list[Pin], requirement: str) -> Pin | None:
+    """The pin pip names in `No matching distribution found for NAME==VERSION`."""
+    match = _REQ_NAME_RE.match(requirement)
+    name = lockfile.canonicalize(match.group(1)) if match else ""
+    return next((p for p in pins if p.name == name), None)
+
+
 class WheelCache:
     """A folder of wheels, each checked against its pin's sha256 before it is used."""
 
-    def __init__(self, directory: Path, index_args: list[str] | None = None, log=print):
+    def __init__(
+        self,
+        directory: Path,
+        index_url: str | None = None,
+        find_links: list[str] = (),
+        no_index: bool = False,
+        log=print,
+    ):
         self.dir = Path(directory)
-        self.index_args = list(index_args or [])
+        self.index_url, self.find_links, self.no_index = index_url, list(find_links), no_index
+        self.index_args = (
+            (["--index-url", index_url] if index_url else [])
+            + [a for d in self.find_links for a in ("--find-links", d)]
+            + (["--no-index"] if no_index else [])
+        )
         self.log = log
-        self.missing: dict[str, str] = {}  # "name==version" -> why it could not be fetched
+        self.problems: dict[Pin, Problem] = {}  # why a pin's wheel cannot be had
         self._files: dict[Pin, Path] = {}  # pin -> its verified wheel
         self._sha: dict[Path, str] = {}
+
+    def where(self) -> str:
+        places = [f"--find-links {d}" for d in self.find_links]
+        if not self.no_index:
+            places.append(
+                f"index {self.index_url or os.environ.get('PIP_INDEX_URL') or index.PYPI_SIMPLE}"
+            )
+        return ", ".join(places) or "nowhere (--no-index without --find-links)"
 
     def _sha256(self, path: Path) -> str:
         if path not in self._sha:
@@ -75,23 +166,21 @@ class WheelCache:
         for pin in pins:
             if pin in self._files:
                 continue
-            want = {h.split(":", 1)[1] for h in pin.hashes if h.startswith("sha256:")}
+            want = _sha256s(pin)
             for path in by_name.get(pin.name, []):
-                if (
-                    (self._sha256(path) in want)
-                    if want
-                    else (wheel_name_version(path.name)[1] == pin.version)
-                ):
+                if (self._sha256(path) in want) if want else _same_version(path, pin):
                     self._files[pin] = path
                     break
             else:
                 missing.append(pin)
         return missing
 
-    def _download(self, pins: list[Pin]) -> subprocess.CompletedProcess:
+    def _download(
+        self, pins: list[Pin], dest: Path, verify: bool = True
+    ) -> subprocess.CompletedProcess:
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req:
-            req.write("\n".join(requirement_line(p) for p in pins) + "\n")
-        hashes = ["--require-hashes"] if all(p.hashes for p in pins) else []
+            req.write("\n".join(requirement_line(p) if verify else _key(p) for p in pins) + "\n")
+        hashes = ["--require-hashes"] if verify and all(p.hashes for p in pins) else []
         try:
             return subprocess.run(
                 [
@@ -107,7 +196,7 @@ class WheelCache:
                     *hashes,
                     *self.index_args,
                     "-d",
-                    str(self.dir),
+                    str(dest),
                     "-r",
                     req.name,
                 ],
@@ -118,55 +207,135 @@ class WheelCache:
         finally:
             Path(req.name).unlink()
 
-    def fetch(self, pins: list[Pin]) -> None:
-        """Make every pin's wheel local; what cannot be had is listed in `self.missing`."""
+    def fetch(self, pins: list[Pin]) -> list[Problem]:
+        """Make every pin's wheel local, verified; return the problems with those that cannot be.
+
+        One `pip download --require-hashes` per batch does the common case. When a batch fails,
+        pip names neither every missing wheel nor a mismatching file it did not keep, so the
+        pins still missing are downloaded again without hashes into a folder of their own,
+        batch by batch (a pin pip cannot find is taken out and the batch tried again), and
+        each file is hashed here: a match joins the cache, anything else is a hash mismatch.
+        """
         self.dir.mkdir(parents=True, exist_ok=True)
         todo = self._scan(pins)
         if not todo:
-            return
+            return [self.problems[p] for p in pins if p in self.problems]
+        try:
+            index.check_sources(todo[0].name, self.index_url, self.find_links, self.no_index)
+        except index.IndexUnreadable as err:
+            return [Problem("unreachable", "", str(err))]
         started = time.monotonic()
         self.log(f"wheel cache {self.dir}: fetching {len(todo)} of {len(pins)} wheels")
-        batches: list[list[Pin]] = []  # pip takes one version of a name per call
-        for pin in todo:
-            batch = next((b for b in batches if all(p.name != pin.name for p in b)), None)
-            if batch is None:
-                batches.append(batch := [])
-            batch.append(pin)
-        failed = [self._download(batch).returncode != 0 for batch in batches]
+        for batch in _batches(todo):
+            self._download(batch, self.dir)
         todo = self._scan(todo)
-        if any(failed) or todo:
-            for pin in todo:  # one at a time, to name the ones that cannot be had
-                out = self._download([pin])
-                if self._scan([pin]):
-                    self.missing[f"{pin.name}=={pin.version}"] = (
-                        _tail(out.stderr + out.stdout, 1) or "no matching wheel"
-                    )
+        if todo:
+            self.problems.update(self._diagnose(todo))
+            todo = self._scan(todo)
+        for pin in todo:  # nothing came back and pip said nothing we understood
+            self.problems.setdefault(
+                pin,
+                Problem(
+                    "no wheel",
+                    _key(pin),
+                    f"{_key(pin)}: pip could not fetch it from {self.where()}",
+                ),
+            )
+        found = [self.problems[p] for p in pins if p in self.problems]
         self.log(
-            f"wheel cache: {len(pins) - len(self.missing)} of {len(pins)} wheels ready "
+            f"wheel cache: {len(pins) - len(found)} of {len(pins)} wheels ready "
             f"in {time.monotonic() - started:.1f}s"
-            + (f"; cannot fetch {', '.join(sorted(self.missing))}" if self.missing else "")
+            + (f"; {len(found)} cannot be had" if found else "")
+        )
+        return found
+
+    def _diagnose(self, pins: list[Pin]) -> dict[Pin, Problem]:
+        problems: dict[Pin, Problem] = {}
+        incoming = Path(tempfile.mkdtemp(prefix=".incoming-", dir=self.dir))
+        try:
+            unique = list({_key(p): p for p in pins}.values())  # one download per version
+            for batch in _batches(unique):
+                remaining = list(batch)
+                while remaining:
+                    out = self._download(remaining, incoming, verify=False)
+                    if out.returncode == 0:
+                        break
+                    text = out.stderr + out.stdout
+                    match = _NO_MATCH_RE.search(text)
+                    named = match and _find_pin(remaining, match.group(1))
+                    if not named:  # a failure pip does not pin on one requirement: one by one
+                        for pin in remaining:
+                            one = self._download([pin], incoming, verify=False)
+                            if one.returncode != 0:
+                                problems[pin] = self._no_wheel(pin, one.stderr + one.stdout)
+                        break
+                    problems[named] = self._no_wheel(named, text)
+                    remaining.remove(named)
+            for path in sorted(incoming.glob("*.whl")):
+                actual = lockfile.sha256_file(path)
+                # GOOD and BAD may pin one version with other hashes (a rebuild): each pin
+                # takes the file or not on its own hashes
+                takers = [p for p in pins if _same_version(path, p)]
+                wrong = [p for p in takers if _sha256s(p) and actual not in _sha256s(p)]
+                if len(wrong) < len(takers):
+                    os.replace(path, self.dir / path.name)
+                for pin in wrong:
+                    expected = tuple(f"sha256:{h}" for h in sorted(_sha256s(pin)))
+                    problems[pin] = Problem(
+                        "hash mismatch",
+                        _key(pin),
+                        f"hash mismatch for {_key(pin)}: {path.name} from {self.where()} "
+                        f"has sha256:{actual}, the lock expects {' or '.join(expected)}; "
+                        "the index serves another file than the lock was made from: fetch "
+                        "from the index the lock was made against, or re-lock",
+                        file=path.name,
+                        expected=expected,
+                        actual=f"sha256:{actual}",
+                    )
+        finally:
+            shutil.rmtree(incoming, ignore_errors=True)
+        for pin in pins:  # a version pip could not find, for every pin of it
+            twin = next((p for p in problems if _key(p) == _key(pin)), None)
+            if twin is not None and problems[twin].kind == "no wheel":
+                problems.setdefault(pin, problems[twin])
+        return problems
+
+    def _no_wheel(self, pin: Pin, pip_text: str) -> Problem:
+        versions = _FROM_VERSIONS_RE.search(pip_text)
+        seen = f"; versions there: {versions.group(1) or 'none'}" if versions else ""
+        return Problem(
+            "no wheel",
+            _key(pin),
+            f"no wheel of {_key(pin)} for this platform ({platform_label()}) on "
+            f"{self.where()}{seen}: use the lock made for this platform, or add the wheel "
+            "with --find-links DIR",
         )
 
     def path(self, pin: Pin) -> Path | None:
         return self._files.get(pin)
 
-    def requires(self, pin: Pin) -> set[str]:
-        """Canonical names a wheel depends on (Requires-Dist without extras)."""
+    def _read_meta(self, pin: Pin, filename: str) -> str | None:
+        """A file of the wheel's top-level .dist-info folder, as text; None when absent."""
         path = self.path(pin)
         if path is None:
-            return set()
+            return None
         with zipfile.ZipFile(path) as wheel:
-            meta = next(
+            member = next(
                 (
                     n
                     for n in wheel.namelist()
-                    if n.endswith(".dist-info/METADATA") and n.count("/") == 1
+                    if n.endswith(f".dist-info/{filename}") and n.count("/") == 1
                 ),
                 None,
             )
-            if meta is None:
-                return set()
-            headers = HeaderParser().parsestr(wheel.read(meta).decode("utf-8", "replace"))
+            return wheel.read(member).decode("utf-8", "replace") if member else None
+
+    def requires(self, pin: Pin) -> set[str]:
+        """Canonical names a wheel depends on (Requires-Dist without extras)."""
+        meta = self._read_meta(pin, "METADATA")
+        if meta is None:
+            return set()
+        headers = HeaderParser().parsestr(meta)
         names = set()
         for req in headers.get_all("Requires-Dist") or []:
             if "extra" in req.split(";", 1)[-1] and ";" in req:
@@ -176,12 +345,33 @@ class WheelCache:
                 names.add(lockfile.canonicalize(match.group(1)))
         return names
 
+    def scripts(self, pin: Pin) -> set[str]:
+        """The commands a wheel puts in bin/: its entry points' scripts and its data scripts."""
+        names = set()
+        entry_points = configparser.ConfigParser(delimiters=("=",), interpolation=None)
+        entry_points.optionxform = str  # script names are case-sensitive
+        try:
+            entry_points.read_string(self._read_meta(pin, "entry_points.txt") or "")
+        except configparser.Error:
+            pass
+        for section in ("console_scripts", "gui_scripts"):
+            if entry_points.has_section(section):
+                names |= set(entry_points[section])
+        path = self.path(pin)
+        if path is not None:
+            with zipfile.ZipFile(path) as wheel:
+                for member in wheel.namelist():
+                    head, _, script = member.partition(".data/scripts/")
+                    if script and "/" not in head and "/" not in script:
+                        names.add(script)
+        return names
+
 
 @dataclasses.dataclass
 class Build:
     ok: bool  # installed exactly the pins (pip check may still have failed)
     python: Path | None
-    kind: str  # "cold" or "warm"
+    kind: str  # cold (new venv), warm (changed in place), reuse (as it was), none (no wheel)
     seconds: float
     installed: int = 0
     removed: int = 0
@@ -198,6 +388,7 @@ class EnvBuilder:
         self.installer = installer
         self.log = log
         self.current: dict[str, Pin] | None = None  # what the venv holds, when known
+        self._pip_check = ""  # pip check's complaint about `current`
         if installer == "uv" and not shutil.which("uv"):
             raise RuntimeError("--installer uv: uv is not on PATH (pip install uv, or use pip)")
 
@@ -223,17 +414,19 @@ class EnvBuilder:
 
     def build(self, pins: dict[str, Pin]) -> Build:
         started = time.monotonic()
-        missing = [f"{p.name}=={p.version}" for p in pins.values() if self.cache.path(p) is None]
+        missing = [p for p in pins.values() if self.cache.path(p) is None]
         if missing:
-            why = "; ".join(self.cache.missing[m] for m in missing if m in self.cache.missing)
+            known = [self.cache.problems[p].message for p in missing if p in self.cache.problems]
             return Build(
                 False,
                 None,
                 "none",
                 0.0,
-                error=f"no wheel in the cache for {', '.join(sorted(missing))}"
-                + (f" ({why})" if why else ""),
+                error="; ".join(known)
+                or f"no wheel in the cache for {', '.join(sorted(map(_key, missing)))}",
             )
+        if self.current == pins and self.python.exists():  # judged again: nothing to build
+            return Build(True, self.python, "reuse", 0.0, pip_check=self._pip_check)
         kind = "warm" if self.current is not None and self.python.exists() else "cold"
         if kind == "cold":
             self.discard()
@@ -261,7 +454,7 @@ class EnvBuilder:
                     None,
                     kind,
                     time.monotonic() - started,
-                    error="uninstall failed: " + _tail(out.stderr + out.stdout),
+                    error="uninstall failed: " + _pip_errors(out.stderr + out.stdout),
                 )
         if install:
             with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req:
@@ -290,7 +483,7 @@ class EnvBuilder:
                     None,
                     kind,
                     time.monotonic() - started,
-                    error="install failed: " + _tail(out.stderr + out.stdout),
+                    error="install failed: " + _pip_errors(out.stderr + out.stdout),
                 )
         have = installed_versions(self.python)
         want = {n: p.version for n, p in pins.items()}
@@ -306,13 +499,13 @@ class EnvBuilder:
                 time.monotonic() - started,
                 error="installed set differs from the pins: " + ", ".join(wrong),
             )
-        self.current = dict(pins)
         check = self._run(self._pip("check"))
         problem = (
             ""
             if check.returncode == 0
             else (_tail(check.stdout + check.stderr, 5) or "pip check failed")
         )
+        self.current, self._pip_check = dict(pins), problem
         return Build(
             True,
             self.python,

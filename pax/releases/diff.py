@@ -132,6 +132,13 @@ def _git_show(rev: str, path: str, root: Path) -> str:
         raise LockSpecError(f"{rev}:{path}: {err}") from None
 
 
+def _read_lock(path: Path, spec: str) -> str:
+    try:
+        return path.read_text()
+    except OSError as err:  # unreadable (permissions), or a file that went away
+        raise LockSpecError(f"{spec}: cannot read it ({err.strerror or err})") from None
+
+
 IMAGE = "image"  # the lock of the pax image this runs in
 
 
@@ -149,7 +156,7 @@ def load(spec: str, platform: str = "cpu", root: Path | None = None) -> Lock:
         path = root / spec
     try:
         if path.is_file():
-            text = path.read_text()
+            text = _read_lock(path, spec)
             return Lock(spec, lockfile.parse_lockfile_text(text, spec), text)
         if path.is_dir() and (path / f"{platform}.txt").is_file():  # a release directory
             text = (path / f"{platform}.txt").read_text()
@@ -174,6 +181,8 @@ def load(spec: str, platform: str = "cpu", root: Path | None = None) -> Lock:
         raise LockSpecError(str(err)) from err
     except lockfile.LockfileError as err:
         raise LockSpecError(str(err)) from err
+    if os.sep in spec or spec.endswith(".txt"):  # meant as a path: say so, not list releases
+        raise LockSpecError(f"{spec}: no such file")
     known = ", ".join(r.version for r in dist_release.list_releases(root)) or "none"
     raise LockSpecError(
         f"{spec!r} is not a release ({known}), a lockfile, GITREV:path/to/lock.txt, nor `image`"

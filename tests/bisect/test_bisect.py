@@ -12,10 +12,11 @@ import pytest
 
 from pax.bisect import cli as bisect
 from pax.bisect import groups as grouping
-from pax.bisect import report, search
+from pax.bisect import search
+from pax.bisect.rule import FLAKY
 from pax.releases import diff
 from pax.releases.lockfile import Pin
-from tests.bisect.wheels import build_index, write_lock
+from tests.bisect.wheels import build_index, sha256, write_lock
 
 
 @pytest.fixture(scope="session")
@@ -32,6 +33,7 @@ LOG = None  # a callable to see progress while debugging
 
 
 def run_bisect(tmp_path, index, cache, good, bad, *extra, command=None):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     good_lock = write_lock(tmp_path / "good.txt", good, index)
     bad_lock = write_lock(tmp_path / "bad.txt", bad, index)
     out = tmp_path / "out"
@@ -62,22 +64,29 @@ def culprit_names(report):
 
 
 def bound(n):
-    return math.ceil(math.log2(n)) + 3
+    """Env builds for a deterministic single culprit: 2 endpoints, the search, 2 confirmations."""
+    return math.ceil(math.log2(n)) + 4
 
 
-def test_one_culprit_among_many(tmp_path, index, cache):
+def test_one_culprit_among_many(tmp_path, index, cache, capsys):
     good = {**{f"p{i:02d}": "1.0" for i in range(22)}, "gone": "1.0"}
     bad = {**{f"p{i:02d}": "1.1" for i in range(22)}, "fresh": "1.0"}
     rc, report, text = run_bisect(tmp_path, index, cache, good, bad)
     assert rc == 0, text
     assert culprit_names(report) == ["p13"]
-    assert report["alone"] == "bad" and not report["interaction"]
+    assert (report["alone"], report["without"]) == ("bad", "good") and report["confirmed"]
     n = len(report["groups"])
     assert n == 24
     assert report["env_builds"] <= bound(n), text
-    assert "p13 1.0 -> 1.1" in text and "p13 1.1 is broken" in text  # culprit + bad env's tail
+    # a verdict judged again reuses its env: verdicts outnumber builds
+    assert report["verdicts"] > report["env_builds"] == len(report["builds"])
     assert {b["kind"] for b in report["builds"]} == {"cold", "warm"}
-    assert len((tmp_path / "out" / "steps.jsonl").read_text().splitlines()) == report["env_builds"]
+    assert "p13 1.0 -> 1.1" in text and "p13 1.1 is broken" in text  # culprit + bad env's tail
+    assert report["skipped"] == [] and report["flaky"]["mixed_steps"] == []
+    steps = (tmp_path / "out" / "steps.jsonl").read_text().splitlines()
+    assert len(steps) == report["verdicts"]
+    err = capsys.readouterr().err.strip().splitlines()  # the report, the verdict first and last
+    assert err[0] == err[-1] == "RESULT   culprit confirmed: p13 1.0 -> 1.1"
 
 
 def test_culprit_inside_a_coupled_group(tmp_path, index, cache):
@@ -101,8 +110,9 @@ def test_two_changes_that_break_only_together(tmp_path, index, cache):
     bad = {"alpha": "2", "beta": "2", **{f"r{i:02d}": "2" for i in range(8)}}
     rc, report, text = run_bisect(tmp_path, index, cache, good, bad)
     assert rc == 0, text
-    assert report["interaction"] and report["culprit_confirmed"]
+    assert report["interaction"] and report["confirmed"]
     assert culprit_names(report) == ["alpha", "beta"]
+    assert report["roles"] == {"alpha": "breaks", "beta": "breaks"}
     assert "only together" in text
 
 
@@ -119,21 +129,36 @@ def test_intermediate_env_violating_a_dependency_is_skipped(tmp_path, index, cac
     rc, report, text = run_bisect(tmp_path, index, cache, good, bad)
     assert rc == 0, text
     assert culprit_names(report) == ["z02"]
-    skipped = [s for s in report["steps"] if s["verdict"] == "skip"]
+    skipped = report["skipped"]  # the skipped steps, each with its reason
     assert skipped and all("pip check failed" in s["reason"] for s in skipped)
     assert "m-user 1 has requirement m-core<2" in skipped[0]["reason"]
-    assert "skipped" in text and "pip check failed" in text
+    assert [s["step"] for s in skipped] == [
+        s["number"] for s in report["steps"] if s["verdict"] == "skip"
+    ]
+    assert f"step {skipped[0]['step']} (" in text and "pip check failed" in text
     assert report["env_builds"] <= bound(9) + len(skipped)
 
 
-def test_flaky_command_with_retries(tmp_path, index, cache, monkeypatch):
-    monkeypatch.setenv("FLAKY_COUNTER", str(tmp_path / "counter"))
-    good = {f"p{i:02d}": "1.0" for i in range(11, 16)}
-    bad = {f"p{i:02d}": "1.1" for i in range(11, 16)}
-    rc, report, text = run_bisect(tmp_path, index, cache, good, bad, "--retries", "2")
+def test_flaky_command_end_to_end(tmp_path, index, cache, monkeypatch, capsys):
+    """A check that fails 30% of its runs on good envs (tests/bisect/wheels.py's FLAKE_RATE),
+    the --flaky preset: the culprit is named and confirmed, the mixed votes reported."""
+    monkeypatch.setenv("FLAKE_RATE", "0.3")
+    monkeypatch.setenv("FLAKE_SEED", "3")
+    monkeypatch.setenv("FLAKE_COUNTER", str(tmp_path / "counter"))
+    good = {f"p{i:02d}": "1.0" for i in range(8, 16)}
+    bad = {f"p{i:02d}": "1.1" for i in range(8, 16)}
+    rc, report, text = run_bisect(tmp_path, index, cache, good, bad, "--flaky")
     assert rc == 0, text
-    assert culprit_names(report) == ["p13"]
-    assert any(s["reason"].startswith("flaky") for s in report["steps"])
+    assert culprit_names(report) == ["p13"] and report["confirmed"]
+    assert report["rule"] == {"runs": 5, "passes": 1, "describe": FLAKY.describe()}
+    mixed = [s for s in report["steps"] if s["mixed"]]
+    assert mixed and report["flaky"]["mixed_steps"] == [s["number"] for s in mixed]
+    assert all(s["tally"] == f"1/{len(s['votes'])} passed" for s in mixed)
+    assert all(len(s["votes"]) == 5 for s in report["steps"] if s["verdict"] == "bad")
+    assert 0 < report["flaky"]["flake_rate"] < 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == err[-1] and err[0].startswith("RESULT   culprit confirmed: p13 1.0 -> 1.1")
+    assert "[warning: COMMAND is flaky: mixed votes in" in err[0]
 
 
 def test_versions_names_the_first_bad_release(tmp_path, index, cache):
@@ -145,29 +170,25 @@ def test_versions_names_the_first_bad_release(tmp_path, index, cache):
     assert walk["between"] == ["1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7"]
     assert (walk["status"], walk["last_good"], walk["first_bad"]) == ("found", "1.5", "1.6")
     assert "pip check failed" in walk["skipped"]["1.3"]
-    assert "no wheel" in walk["skipped"]["1.4"]
-    # ceil(log2 8) = 3 probes, plus one for each skipped release
-    assert walk["env_builds"] <= walk["bound"] + len(walk["skipped"]) == 5
+    assert "no wheel of vpkg==1.4 for this platform" in walk["skipped"]["1.4"]
+    # ceil(log2 8) = 3 probes, one per skipped release, one more to confirm the first bad one
+    # (its second verdict reuses the env; the last good one, 1.5, needs a build)
+    assert walk["env_builds"] <= walk["bound"] + len(walk["skipped"]) + 1
     pinned = [s["pin"] for s in report["steps"] if s["pin"]]
-    assert len(pinned) == walk["env_builds"] and "vpkg==1.6" in pinned
+    assert "vpkg==1.6" in pinned and pinned.count("vpkg==1.6") == 2
     assert "first bad release: vpkg 1.6 (last good: 1.5;" in text
 
 
 def test_versions_needs_one_package_that_breaks_alone():
     changes = [change("jax", "0.1", "0.2"), change("jaxlib", "0.1", "0.2"), change("q00", "1", "2")]
     groups = grouping.make_groups(changes)
-    lock = diff.Lock("x", {}, "")
-    bis = search.Bisector(lock, lock, groups, ["true"], None, None, log=lambda m: None)
-    found = {"status": "found", "alone": "bad"}
-    bis.culprit = [0]  # jax + jaxlib
-    walk = bis.walk_versions(found, published=lambda name: {})
+    verdicts = search.Verdicts(lambda state, why: "good", log=lambda m: None)
+    found = search.Outcome("found", culprit=(0,), alone="bad")  # jax + jaxlib
+    walk = search.walk_versions(found, groups, verdicts, published=lambda name: {})
     assert walk["status"].startswith("skipped: the culprit is a group of 2 packages")
-    assert report._versions_lines(walk) == [f"  --versions {walk['status']}"]
-    bis.culprit = [1]
-    assert (
-        "one culprit that breaks alone"
-        in bis.walk_versions({**found, "alone": "good"}, published=lambda name: {})["status"]
-    )
+    unconfirmed = search.Outcome("unconfirmed", culprit=(1,), alone="bad")
+    walk = search.walk_versions(unconfirmed, groups, verdicts, published=lambda name: {})
+    assert "one confirmed culprit that breaks alone" in walk["status"]
 
 
 def test_endpoints_that_do_not_reproduce(tmp_path, index, cache):
@@ -175,14 +196,116 @@ def test_endpoints_that_do_not_reproduce(tmp_path, index, cache):
     bad = {"q00": "2.0", "q01": "2.0"}
     rc, report, text = run_bisect(tmp_path, index, cache, good, bad)
     assert rc == 1
-    assert report["status"].startswith("endpoints do not reproduce: COMMAND does not fail on BAD")
-    assert report["env_builds"] == 2 and report["culprit"] is None
+    assert report["status"] == "not reproduced"
+    assert report["verdict"].startswith("endpoints do not reproduce: COMMAND does not fail on BAD")
+    assert report["verdicts"] == 3 and report["culprit"] is None  # BAD passed: judged twice
     (tmp_path / "x").mkdir()
     rc, report, text = run_bisect(
         tmp_path / "x", index, cache, good, bad, command=["python", "-c", "raise SystemExit(3)"]
     )
-    assert rc == 1 and "does not pass on GOOD" in report["status"]
-    assert report["env_builds"] == 1
+    assert rc == 1 and "does not pass on GOOD" in report["verdict"]
+    assert report["verdicts"] == 2 and report["env_builds"] == 1
+
+
+# The tool's own inputs: one line on stderr, exit 2, report.json of what was done --------
+
+
+def test_default_folders_are_under_the_user_cache(tmp_path, index, capsys, monkeypatch):
+    """No --out, no --cache: $XDG_CACHE_HOME/pax, not the checkout. Also: a mistyped GOOD
+    path is `no such file`, not a list of releases."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    bad = write_lock(tmp_path / "bad.txt", {"q00": "1.0"}, index)
+    rc = bisect.main(["--good", str(tmp_path / "god.txt"), "--bad", str(bad), "--", "true"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == f"bisect: --good {tmp_path / 'god.txt'}: no such file\n"
+    (out,) = (tmp_path / "xdg" / "pax" / "bisect").iterdir()
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "error" and report["exit"] == 2 and "no such file" in report["error"]
+    good = write_lock(tmp_path / "good.txt", {"q00": "2.0"}, index)
+    argv = ["--good", str(good), "--bad", str(bad), "--no-index", "--find-links", str(index)]
+    rc = bisect.main([*argv, "--", "python", "-c", "import q00"], log=lambda m: None)
+    assert rc == 1  # passes on both: does not reproduce
+    assert sorted(p.name for p in (tmp_path / "xdg" / "pax" / "wheels").iterdir()) == [
+        "q00-1.0-py3-none-any.whl",
+        "q00-2.0-py3-none-any.whl",
+    ]
+    assert len(list((tmp_path / "xdg" / "pax" / "bisect").iterdir())) == 2
+
+
+def one_line_error(capsys, rc, out):
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "error" and report["error"] == err.strip().removeprefix("bisect: ")
+    return report
+
+
+def test_command_that_cannot_run(tmp_path, index, cache, capsys):
+    good, bad = {"p13": "1.0"}, {"p13": "1.1"}
+    # a typo: no package of GOOD installs it, it is not on PATH; found once the wheels are in
+    rc, _, _ = run_bisect(tmp_path / "a", index, cache, good, bad, command=["pytset", "-x"])
+    report = one_line_error(capsys, rc, tmp_path / "a" / "out")
+    assert (
+        "COMMAND 'pytset' not found: not on PATH, and no package in GOOD installs it"
+        in (report["error"])
+    )
+    assert report["steps"] == []  # stopped before any env was built
+    script = tmp_path / "check.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    rc, _, _ = run_bisect(tmp_path / "b", index, cache, good, bad, command=[str(script)])
+    report = one_line_error(capsys, rc, tmp_path / "b" / "out")
+    assert report["error"].startswith(f"COMMAND {script} is not executable: chmod +x it")
+    # one word is a shell line: the shell's 127 on GOOD is a missing command (as git bisect
+    # run checks on its first run), not a bad verdict
+    rc, _, _ = run_bisect(tmp_path / "c", index, cache, good, bad, command=["pytset -x"])
+    report = one_line_error(capsys, rc, tmp_path / "c" / "out")
+    assert report["error"].startswith("COMMAND exited 127 on GOOD: the shell could not find")
+    assert [s["verdict"] for s in report["steps"]] == ["error"]
+
+
+def test_wheels_that_cannot_be_had(tmp_path, index, capsys):
+    """A hash that does not match, a wheel for another platform, an index that does not
+    answer: each stops the run before any env is built."""
+    good = write_lock(tmp_path / "good.txt", {"q00": "1.0", "q01": "1.0"}, index)
+    lock = good.read_text()
+    expected = "sha256:" + "0" * 64
+    actual = "sha256:" + sha256(index / "q01-1.0-py3-none-any.whl")
+    (tmp_path / "tampered.txt").write_text(lock.replace(actual, expected))
+    base = ["--no-index", "--find-links", str(index)]
+
+    def run(name, good_lock, *extra, bad_lock=tmp_path / "bad.txt"):
+        out = tmp_path / name
+        argv = ["--good", str(good_lock), "--bad", str(bad_lock), "--out", str(out)]
+        rc = bisect.main(
+            [*argv, "--cache", str(tmp_path / f"cache-{name}"), *extra, "--", "true"],
+            log=lambda m: None,
+        )
+        return one_line_error(capsys, rc, out)
+
+    write_lock(tmp_path / "bad.txt", {"q00": "2.0", "q01": "1.0"}, index)
+    report = run("hash", tmp_path / "tampered.txt", *base)
+    assert report["error"] == (
+        f"hash mismatch for q01==1.0: q01-1.0-py3-none-any.whl from --find-links {index} has "
+        f"{actual}, the lock expects {expected}; the index serves another file than the lock "
+        "was made from: fetch from the index the lock was made against, or re-lock"
+    )
+    assert report["steps"] == [] and report["wheel_problems"][0]["actual"] == actual
+    # vpkg 1.4 is published only as a py2 wheel
+    other = tmp_path / "py2.txt"
+    other.write_text(
+        lock
+        + "vpkg==1.4 \\\n    --hash=sha256:"
+        + sha256(index / "vpkg-1.4-py2-none-any.whl")
+        + "\n"
+    )
+    report = run("platform", other, *base)
+    assert report["error"].startswith("no wheel of vpkg==1.4 for this platform (CPython 3.")
+    assert report["error"].endswith("or add the wheel with --find-links DIR")
+    report = run("offline", good, "--index-url", "http://127.0.0.1:9/simple")
+    assert report["error"].startswith("index http://127.0.0.1:9/simple is unreachable (")
+    assert "--no-index --find-links DIR" in report["error"]
+    report = run("same", good, *base, bad_lock=good)
+    assert report["error"] == "GOOD and BAD pin the same packages: nothing to bisect"
 
 
 # Pure parts: no environments.
@@ -229,34 +352,6 @@ def test_order_puts_dependencies_first_and_removals_after_their_users():
     groups = grouping.make_groups(changes)
     ordered = grouping.order_groups(groups, lambda pin: needs.get((pin.name, pin.version), set()))
     assert [g.name for g in ordered] == ["lib", "zdep", "app", "old"]
-
-
-@pytest.mark.parametrize("bad_from", [1, 5, 17, 31, 32])
-def test_search_takes_log2_steps(bad_from):
-    states = list(range(33))
-    asked = []
-
-    def verdict(state):
-        asked.append(state)
-        return "bad" if state >= bad_from else "good"
-
-    lo, hi, skipped = search.search(states, verdict)
-    assert (lo, hi, skipped) == (bad_from - 1, bad_from, [])
-    assert len(asked) <= math.ceil(math.log2(32))
-
-
-def test_search_works_around_skips():
-    lo, hi, skipped = search.search(
-        list(range(9)), lambda s: "skip" if s in (4, 5) else "bad" if s >= 5 else "good"
-    )
-    assert (lo, hi, skipped) == (3, 6, [4, 5])  # 5 is bad but skipped: 4..5 unresolved
-
-
-def test_majority():
-    assert search.majority(["good"], 1) == "good"
-    assert search.majority(["good", "bad"], 3) is None
-    assert search.majority(["good", "bad", "bad"], 3) == "bad"
-    assert search.majority(["good", "bad"], 2) is None
 
 
 def test_index_lists_wheels_of_a_folder_and_a_simple_index(tmp_path, index):

@@ -109,14 +109,14 @@ def test_hermetic_scenario_in_the_image(image, tmp_path):
         "python",
         "/data/check.py",
     )
-    assert report["rc"] == 0, report["stdout"][-3000:]
+    assert report["rc"] == 0, report["stdout"][-3000:] + report["stderr"][-3000:]
     assert [c["name"] for g in report["culprit"] for c in g["changes"]] == ["vpkg"]
-    group_steps = report["env_builds"] - report["versions"]["env_builds"]
-    assert group_steps <= 4 + 3  # ceil(log2 11) + 3
+    group_builds = report["env_builds"] - report["versions"]["env_builds"]
+    assert group_builds <= 4 + 4  # ceil(log2 11) + 4
     walk = report["versions"]
     assert (walk["last_good"], walk["first_bad"]) == ("1.5", "1.6")
     assert set(walk["skipped"]) == {"1.3", "1.4"}
-    assert "first bad release: vpkg 1.6" in report["stdout"]
+    assert "first bad release: vpkg 1.6" in report["stderr"]  # the report goes to stderr
 
 
 def test_image_lock_as_good(image, tmp_path):
@@ -157,10 +157,12 @@ def test_image_lock_as_good(image, tmp_path):
         "-c",
         check,
     )
-    assert report["rc"] == 0, report["stdout"][-3000:]
+    assert report["rc"] == 0, report["stdout"][-3000:] + report["stderr"][-3000:]
     assert report["good"] == f"image pax:{RELEASE}-{PLATFORM} (/opt/pax/lock.txt)"
     assert [c["name"] for g in report["culprit"] for c in g["changes"]] == ["breaker"]
-    assert report["env_builds"] == 2
-    assert [b["kind"] for b in report["builds"]] == ["cold", "warm"]
+    # GOOD, BAD, BAD again (the culprit alone: same env), GOOD again (BAD without it)
+    assert report["verdicts"] == 4 and report["env_builds"] == 3
+    assert [b["kind"] for b in report["builds"]] == ["cold", "warm", "warm"]
     assert report["builds"][1]["installed"] == 1  # the warm step added only the breaker
+    assert report["builds"][2]["removed"] == 1  # and the next took it out again
     assert "sum 6.0" in report["steps"][0]["output_tail"]

@@ -14,7 +14,7 @@ import zipfile
 from pathlib import Path
 
 CHECK = textwrap.dedent("""\
-    import importlib, importlib.metadata as md, os, sys
+    import importlib, importlib.metadata as md, os, random, sys
     tokens = set()
     for dist in sorted(md.distributions(), key=lambda d: d.metadata["Name"]):
         mod = importlib.import_module(dist.metadata["Name"].replace("-", "_"))
@@ -23,13 +23,14 @@ CHECK = textwrap.dedent("""\
             print(f"{dist.metadata['Name']} {dist.version} is broken")
             sys.exit(1)
     broken = {"x", "y"} <= tokens
-    counter = os.environ.get("FLAKY_COUNTER")
-    if counter:  # every third run anywhere in the bisect flips its verdict
+    rate = float(os.environ.get("FLAKE_RATE") or 0)
+    if rate and not broken:  # a good env fails now and then; a broken one never passes
+        counter = os.environ["FLAKE_COUNTER"]  # numbers the runs of the whole bisect
         n = int(open(counter).read() or 0) + 1 if os.path.exists(counter) else 1
         open(counter, "w").write(str(n))
-        if n % 3 == 0:
-            broken = not broken
-            print("flake!")
+        if random.Random(f"{os.environ.get('FLAKE_SEED', '0')}:{n}").random() < rate:
+            print(f"flake! (run {n})")
+            sys.exit(1)
     print("x and y together break" if broken else f"ok ({len(tokens)} tokens)")
     sys.exit(1 if broken else 0)
 """)

@@ -1,6 +1,7 @@
 """pax.releases.diff: lock names, version order, the readable diff."""
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -108,8 +109,27 @@ def test_load_release_and_gitrev(tmp_path):
         diff.load("HEAD:nope.txt", "cpu", root)
     with pytest.raises(diff.LockSpecError, match="unknown release '9.9'"):
         diff.load("9.9", "cpu", root)
+    with pytest.raises(diff.LockSpecError, match="^no/such/file.txt: no such file$"):
+        diff.load("no/such/file.txt", "cpu", root)  # a mistyped path, not a list of releases
     with pytest.raises(diff.LockSpecError, match="not a release"):
-        diff.load("no/such/file.txt", "cpu", root)
+        diff.load("latest", "cpu", root)
+
+
+def test_unreadable_lock_is_one_line(tmp_path, monkeypatch):
+    locked = tmp_path / "locked.txt"
+    locked.write_text(LOCK_A)
+    real_read = Path.read_text
+
+    def read_text(self, *args, **kwargs):  # chmod 0 does not stop root, who runs CI
+        if self == locked:
+            raise PermissionError(13, "Permission denied")
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    with pytest.raises(
+        diff.LockSpecError, match=r"locked.txt: cannot read it \(Permission denied\)"
+    ):
+        diff.load(str(locked), "cpu", tmp_path)
 
 
 def test_cli_usage_error_exits_2(capsys):
