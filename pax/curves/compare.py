@@ -1,148 +1,266 @@
-"""Does a run stay inside its reference band?
+"""The verdict: is a run one more healthy seed of its reference, or did its numerics move?
 
-Every (split, metric, step) the reference has a band for is checked against the run's value
-there. The band is widened by a tolerance margin on each side,
+A reference (pax.curves.reference) holds, for each check (the eval loss at each eval step,
+the train loss averaged over each window), the mean m and sample std s of n recorded seeds.
+A run is judged on the J checks its length reaches: its deviation at a check is
 
-    margin = max(k · sigma, atol, rtol · |band mean at that step|)
+    dev = (x - m) / s        (in seed-to-seed stds)
 
-sigma being the curve's pooled seed-to-seed std recorded with the band (defaults: k 2,
-atol 0.02, rtol 0), because three seeds cannot show the full spread of healthy runs: the
-tiny experiment's train loss is one batch's loss, and a fresh seed lands up to ~2.3 sigma
-from the recorded mean at some step while still being a healthy run.
-A NaN or Inf is always outside. A run that lacks some of the band's steps fails too (it
-stopped early, or logs at other steps) unless partial=True, which checks only the steps it
-has, for a run still in progress.
+and it is OUTSIDE when any |dev| exceeds L = stats.tolerance(alpha, J, n), the Bonferroni-split
+two-sided Student-t prediction limit: a healthy run (one more seed) is flagged with
+probability at most alpha. The check with the largest |dev| / L decides, and the verdict
+prints it with its margin (L - |dev|, in stds and in loss).
+
+Exit statuses, usable as a bisect COMMAND: 0 inside, 1 outside (a NaN counts), 125 the run
+cannot be judged (no job directory, no metrics, stopped before the checks it should reach;
+`git bisect`'s skip). A run of another experiment or config is not compared at all: that is
+bad input (CurvesError, exit 2), the same on every bisect step.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
-from pax.curves.reference import Reference
-from pax.curves.runs import Run
+from pax.curves import stats
+from pax.curves.reference import RUN_LENGTH, Reference, Stat, config_differences, flat_config
+from pax.curves.runs import CannotJudge, CurvesError, Run
 
-K_SIGMA = 2.0
-ATOL = 0.02
-RTOL = 0.0
-MAX_LISTED = 8
+INSIDE, OUTSIDE, CANNOT_JUDGE = 0, 1, 125
 
 
 @dataclasses.dataclass(frozen=True)
-class Tolerance:
-    k: float = K_SIGMA
-    atol: float = ATOL
-    rtol: float = RTOL
+class Row:
+    stat: Stat
+    value: float | None  # None: the run has not logged this check's steps
+    dev: float  # (value - mean) / std; inf when not finite; nan when not logged
+    limit: float
 
-    def margin(self, center: float, sigma: float = 0.0) -> float:
-        return max(self.k * sigma, self.atol, self.rtol * abs(center))
+    @property
+    def judged(self) -> bool:
+        return self.value is not None
 
-    def __str__(self) -> str:
-        parts = [f"{self.k:g}·sigma", f"{self.atol:g}"]
-        if self.rtol:
-            parts.append(f"{100 * self.rtol:g}% of the band mean")
-        return f"band widened by max({', '.join(parts)}) on each side"
+    @property
+    def inside(self) -> bool:
+        return self.judged and abs(self.dev) <= self.limit
+
+    @property
+    def closeness(self) -> float:  # |dev| / limit: > 1 outside
+        return abs(self.dev) / self.limit if self.judged else -1.0
+
+    def margin_text(self) -> str:
+        s = self.stat.std
+        spare = self.limit - abs(self.dev)
+        loss = f" = {abs(spare) * s:.3f} {self.stat.check.metric}" if math.isfinite(spare) else ""
+        if spare >= 0:
+            return f"margin {spare:.2f} s{loss} to the limit"
+        return f"past the limit by {-spare:.2f} s{loss}" if math.isfinite(spare) else "not finite"
 
 
-def _fmt(x: float) -> str:
+@dataclasses.dataclass
+class Verdict:
+    code: int  # INSIDE, OUTSIDE or CANNOT_JUDGE
+    rows: list[Row]
+    lines: list[str]
+    deciding: Row | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.code == INSIDE
+
+    @property
+    def report(self) -> str:
+        return "\n".join(self.lines)
+
+
+def _dev(value: float, stat: Stat) -> float:
+    if not math.isfinite(value):
+        return math.inf
+    if stat.std == 0.0:  # every seed gave the same value: only that value is inside
+        return 0.0 if value == stat.mean else math.copysign(math.inf, value - stat.mean)
+    return (value - stat.mean) / stat.std
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
     return f"{x:.4f}" if math.isfinite(x) else str(x)
 
 
-def _describe_ref(ref: Reference) -> str:
-    seeds = [r.get("seed") for r in ref.runs]
-    seeds_text = ", ".join(str(s) for s in seeds if s is not None)
-    kind = "min..max" if ref.band_kind == "minmax" else f"mean ± {ref.k:g}·std"
+def _env(manifest: dict | None) -> tuple[str, str, str]:
+    manifest = manifest or {}
+    platform = (manifest.get("devices") or {}).get("platform") or "?"
     return (
-        f"{ref.name} ({len(ref.runs)} runs{', seeds ' + seeds_text if seeds_text else ''}; "
-        f"band {kind} across runs)"
+        str(manifest.get("release") or "?"),
+        str(platform),
+        str(manifest.get("lock_sha256") or "?")[:12],
     )
 
 
-def compare(
-    run: Run, ref: Reference, tolerance: Tolerance | None = None, partial: bool = False
-) -> tuple[bool, str]:
-    """(ok, report): ok when every checked point lies inside the widened band."""
-    tol = tolerance or Tolerance()
-    lines = [f"compare {run.job_dir} with reference {_describe_ref(ref)}", f"  tolerance {tol}"]
-    if run.experiment and run.experiment.rsplit(".", 1)[-1] != ref.experiment.rsplit(".", 1)[-1]:
-        lines.append(f"  note: the run is {run.experiment}, the reference is {ref.experiment}")
-    run_lock = (run.manifest or {}).get("lock_sha256")
-    ref_locks = {r.get("lock_sha256") for r in ref.runs} - {None}
-    if run_lock and ref_locks and run_lock not in ref_locks:
+def _env_text(envs: list[tuple[str, str, str]]) -> str:
+    return "; ".join(f"release {r} {p} (lock {lock})" for r, p, lock in sorted(set(envs)))
+
+
+def _seeds_text(seeds: list) -> str:
+    seeds = [s for s in seeds if s is not None]
+    if seeds and seeds == list(range(seeds[0], seeds[0] + len(seeds))) and len(seeds) > 3:
+        return f"seeds {seeds[0]}..{seeds[-1]}"
+    return "seeds " + ", ".join(map(str, seeds)) if seeds else "seeds unknown"
+
+
+def check_same_config(run: Run, ref: Reference) -> list[str]:
+    """Refuse (CurvesError) a run of another experiment or config; notes for the rest."""
+    if run.config is None:
+        raise CannotJudge(
+            f"{run.job_dir}: no config.json, so which experiment and config it ran is unknown"
+        )
+    if (run.experiment or "").rsplit(".", 1)[-1] != ref.experiment.rsplit(".", 1)[-1]:
+        raise CurvesError(
+            f"{run.job_dir} is a run of {run.experiment or '(no experiment)'}, the reference "
+            f"{ref.name} is for {ref.experiment}: not comparable (pass --reference for its own)"
+        )
+    different, one_sided = config_differences(ref.config, flat_config(run.config))
+    if different:
+        more = f" and {len(different) - 2} more" if len(different) > 2 else ""
+        raise CurvesError(
+            f"{run.job_dir} ran another config than the reference {ref.name}'s: "
+            f"{'; '.join(different[:2])}{more}: not comparable (re-record a band for it with "
+            f"./noxw -s references)"
+        )
+    notes = []
+    if one_sided:
+        notes.append(
+            f"note: config keys only one side has (a newer or older trainer): "
+            f"{', '.join(one_sided[:3])}{' ...' if len(one_sided) > 3 else ''}"
+        )
+    return notes
+
+
+def judge(
+    run: Run,
+    ref: Reference,
+    alpha: float | None = None,
+    partial: bool = False,
+    check_config: bool = True,
+    length: int | None = None,
+) -> Verdict:
+    """The verdict on `run` against `ref`; CurvesError when they are not comparable.
+
+    check_config=False judges the curves alone (the calibration's broken runs, some of
+    which break the config on purpose); `length` then says how many steps the run trained.
+    """
+    alpha = ref.alpha if alpha is None else alpha
+    if not 0.0 < alpha < 1.0:
+        raise CurvesError(f"the false-alarm rate must be in (0, 1), not {alpha}")
+    notes = check_same_config(run, ref) if check_config else []
+    band_length = ref.config.get(RUN_LENGTH)
+    if length is None:
+        length = flat_config(run.config or {}).get(RUN_LENGTH, band_length)
+    applicable = [s for s in ref.stats if length is None or s.check.last <= length]
+    if not applicable:
+        first = min(s.check.last for s in ref.stats)
+        raise CurvesError(
+            f"{run.job_dir} trains {length} steps, before the reference's first check "
+            f"(step {first}); train at least {first} steps"
+        )
+    j, n = len(applicable), ref.n
+    limit = stats.tolerance(alpha, j, n)
+    rows = []
+    for stat in applicable:
+        value = stat.check.value(run.curves)
+        rows.append(Row(stat, value, math.nan if value is None else _dev(value, stat), limit))
+    judged = [r for r in rows if r.judged]
+    missing = [r for r in rows if not r.judged]
+
+    band_env = [_env(r) for r in ref.runs]
+    run_env = _env(run.manifest)
+    lines = [
+        f"compare {run.job_dir} with reference {ref.name} ({n} {_seeds_text(ref.seeds())}, "
+        f"recorded {ref.recorded_at or '?'})",
+        f"  band: {_env_text(band_env)}",
+        f"  run:  {_env_text([run_env])}"
+        + (f", seed {run.seed}" if run.seed is not None else ""),
+        f"  rule: flagged when any of {j} checks strays more than {limit:.2f} s from the seeds' "
+        f"mean (s: their std there); a healthy run is flagged with probability <= "
+        f"{100 * alpha:g}% (Student's t, {n - 1} dof, Bonferroni over {j} checks)",
+    ]
+    if length is not None and band_length is not None and length < band_length:
         lines.append(
-            f"  note: the run's lock sha256 {run_lock[:12]} differs from the "
-            f"reference's {', '.join(sorted(x[:12] for x in ref_locks))} "
-            f"(another release or platform)"
+            f"  note: the run trains {length} of the band's {band_length} steps: judged on the "
+            f"{j} checks it reaches"
+        )
+    if run_env[2] not in {e[2] for e in band_env}:
+        lines.append(
+            "  note: the run's lock differs from the band's: compared all the same (the same "
+            "math where the platform is the same); outside means the curve moved with it"
+        )
+    if run_env[1] not in {e[1] for e in band_env} and run_env[1] != "?":
+        lines.append(
+            f"  note: the band was recorded on {'/'.join(sorted({e[1] for e in band_env}))}, "
+            f"the run ran on {run_env[1]}: other kernels, other rounding"
+        )
+    if run.fault:
+        lines.append(
+            f"  note: this run was broken on purpose: {run.fault.get('name')} "
+            f"({run.fault.get('description', '')})"
         )
     if run.skipped_lines:
         lines.append(f"  note: {run.skipped_lines} unreadable line(s) in metrics.jsonl skipped")
-    outside: list[str] = []
-    missing: list[str] = []
-    checked = 0
-    for (split, metric), band in ref.bands.items():
-        series = run.series(split, metric)
-        inside = 0
-        worst = None  # (how far past the widened edge, in margins; description)
-        absent = [s for s in band.steps if s not in series]
-        for step, lo, hi, mean in zip(band.steps, band.lo, band.hi, band.mean):
-            if step not in series:
-                continue
-            value = series[step]
-            checked += 1
-            m = tol.margin(mean, band.sigma)
-            low, high = lo - m, hi + m
-            if not math.isfinite(value) or value < low or value > high:
-                side = ">" if math.isfinite(value) and value > high else "<"
-                edge = high if side == ">" else low
-                outside.append(
-                    f"{split} {metric} step {step}: {_fmt(value)} {side} "
-                    f"{_fmt(edge)} (band {_fmt(lo)}..{_fmt(hi)}, margin {m:.3f})"
-                )
-            else:
-                inside += 1
-            over = (max(value - hi, lo - value) / m) if math.isfinite(value) else math.inf
-            if worst is None or over > worst[0]:
-                worst = (over, step, value, lo, hi)
-        present = len(band.steps) - len(absent)
-        label = f"{split} {metric}"
-        status = f"{inside}/{present} inside (sigma {band.sigma:.3f})"
-        if absent:
-            status += f", {len(absent)} step(s) not logged ({_steps(absent)})"
-            missing.append(f"{label}: steps {_steps(absent)}")
-        if worst is not None:
-            over, step, value, lo, hi = worst
-            where = (
-                "inside min..max"
-                if over <= 0
-                else f"past min..max by {over:.2f} of the margin"
-                if math.isfinite(over)
-                else "not finite"
-            )
-            status += f"; worst: step {step} {_fmt(value)} vs {_fmt(lo)}..{_fmt(hi)} ({where})"
-        lines.append(f"  {label:<28} {status}")
-    ok = checked > 0 and not outside and (partial or not missing)
-    if outside:
-        lines.append(f"OUTSIDE: {len(outside)} of {checked} points outside the band:")
-        lines += [f"  {o}" for o in outside[:MAX_LISTED]]
-        if len(outside) > MAX_LISTED:
-            lines.append(f"  ... and {len(outside) - MAX_LISTED} more")
-    if missing and not partial:
+    lines += [f"  {n_}" for n_ in notes]
+    width = max(len(r.stat.check.label) for r in rows)
+    lines.append(f"  {'check':<{width}}  {'run':>8}  {'mean':>8}  {'s':>7}  {'dev (s)':>8}")
+    for r in rows:
+        dev = "not logged" if not r.judged else (f"{r.dev:+.2f}" if math.isfinite(r.dev) else "inf")
+        flag = "" if not r.judged or r.inside else "  OUTSIDE"
         lines.append(
-            "INCOMPLETE: the run has not logged every step the reference has "
-            "(stopped early?); --partial checks only the steps it has"
+            f"  {r.stat.check.label:<{width}}  {_fmt(r.value):>8}  {r.stat.mean:>8.4f}  "
+            f"{r.stat.std:>7.4f}  {dev:>8}{flag}"
         )
-    if checked == 0:
+
+    outside = [r for r in judged if not r.inside]
+    deciding = max(judged, key=lambda r: r.closeness) if judged else None
+    if outside:  # the deciding check is then the one furthest past the limit
+        code = OUTSIDE
         lines.append(
-            "NOTHING TO COMPARE: the run shares no split, metric and step with the reference"
+            f"OUTSIDE: {len(outside)} of {len(judged)} checks; deciding: "
+            f"{_decision(deciding, limit)}"
         )
-    if ok:
+    elif not judged or (missing and not partial):
+        code = CANNOT_JUDGE
+        what = ", ".join(r.stat.check.label for r in missing[:3])
         lines.append(
-            f"OK: inside the band at all {checked} points" + (" logged so far" if missing else "")
+            f"CANNOT JUDGE: the run has not logged {len(missing)} of the {j} checks its "
+            f"config reaches ({what}{', ...' if len(missing) > 3 else ''}): it stopped early "
+            f"or is still running (--partial judges what it has)"
         )
-    return ok, "\n".join(lines)
+    else:
+        code = INSIDE
+        so_far = f" (the {len(judged)} logged so far)" if missing else ""
+        lines.append(
+            f"INSIDE: all {len(judged)} checks{so_far}; deciding (closest to its limit): "
+            f"{_decision(deciding, limit)}"
+        )
+    return Verdict(code, rows, lines, deciding)
 
 
-def _steps(steps: list[int]) -> str:
-    if len(steps) <= 6:
-        return ", ".join(map(str, steps))
-    return f"{steps[0]}, {steps[1]}, ..., {steps[-1]}"
+def _decision(row: Row, limit: float) -> str:
+    dev = f"{row.dev:+.2f} s" if math.isfinite(row.dev) else "not finite"
+    return (
+        f"{row.stat.check.label} = {_fmt(row.value)} vs mean {row.stat.mean:.4f}, "
+        f"{dev} of the allowed ±{limit:.2f} s; {row.margin_text()}"
+    )
+
+
+def judge_recorded(entry: dict, ref: Reference) -> Verdict:
+    """The verdict on a run stored in a reference's calibration (curves only: a broken run
+    may have changed the config on purpose)."""
+    run = Run(
+        job_dir=Path(entry.get("job_dir") or "?"),
+        curves=entry["curves"],
+        experiment=ref.experiment,
+        seed=entry.get("seed"),
+        manifest={k: entry.get(k) for k in ("release", "lock_sha256", "devices")},
+        fault=entry.get("fault"),
+    )
+    return judge(run, ref, check_config=False, length=entry.get("num_train_steps"))

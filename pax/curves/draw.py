@@ -1,18 +1,20 @@
-"""Drawing: loss and log-perplexity against step, train and eval, runs over a reference band.
+"""Drawing: runs' loss curves over a reference's acceptance regions, and the calibration chart.
 
 The only module that imports matplotlib (the Agg canvas, no pyplot and no display).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
-from pax.curves.compare import Tolerance
-from pax.curves.reference import METRICS, Reference, load_reference
+from pax.curves import stats
+from pax.curves.compare import Verdict
+from pax.curves.reference import CHECK_METRIC, Reference, load_reference, split_label
 from pax.curves.runs import CurvesError, Run, read_run
 
-TITLES = {"loss": "loss", "log_pplx": "log-perplexity (nats/token)"}
+COLORS = ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C8", "C9"]
 
 
 def _matplotlib():
@@ -26,58 +28,16 @@ def _matplotlib():
     return Figure
 
 
-def plot(
-    job_dirs, out_png, reference=None, tolerance: Tolerance | None = None, title: str | None = None
-) -> Path:
-    """Draw the runs in job_dirs (paths or Run objects) into out_png; return its path.
-
-    reference: None (no band), a shipped reference name or .json path, or a Reference.
-    The band is shaded per split (train and each eval split); the lighter rim around it is
-    the tolerance margin `compare` allows.
-    """
-    Figure = _matplotlib()
-    runs = [r if isinstance(r, Run) else read_run(r) for r in job_dirs]
-    if not runs:
-        raise CurvesError("plot: no job directories given")
-    ref = load_reference(reference) if isinstance(reference, (str, os.PathLike)) else reference
-    tol = tolerance or Tolerance()
+def _out(out_png) -> Path:
     out = Path(out_png)
     if out.suffix.lower() != ".png":
         raise CurvesError(f"{out}: the output must be a .png file")
     if not out.parent.is_dir():
         raise CurvesError(f"{out.parent}: no such directory for the PNG")
+    return out
 
-    fig = Figure(figsize=(12, 4.8), dpi=110, layout="constrained")
-    axes = fig.subplots(1, len(METRICS))
-    colors = ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C8", "C9"]
-    for ax, metric in zip(axes, METRICS):
-        if ref is not None:
-            _draw_band(ax, ref, metric, tol)
-        for i, run in enumerate(runs):
-            color = colors[i % len(colors)]
-            for split in run.splits():
-                series = run.series(split, metric)
-                if not series:
-                    continue
-                steps = sorted(series)
-                values = [series[s] for s in steps]
-                is_train = split == "train"
-                ax.plot(
-                    steps,
-                    values,
-                    color=color,
-                    linewidth=1.6 if is_train else 1.2,
-                    linestyle="-" if is_train else "--",
-                    marker=None if is_train else "o",
-                    markersize=5,
-                    label=f"{_run_label(run, runs)} {_split_label(split)}",
-                )
-        ax.set_xlabel("step")
-        ax.set_ylabel(TITLES.get(metric, metric))
-        ax.set_title(TITLES.get(metric, metric))
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="upper right")
-    fig.suptitle(title or _title(runs, ref), fontsize=10)
+
+def _save(fig, out: Path) -> Path:
     tmp = out.with_name(f".{out.name}.tmp")
     try:
         fig.savefig(tmp, format="png")
@@ -87,41 +47,92 @@ def plot(
     return out
 
 
-def _draw_band(ax, ref: Reference, metric: str, tol: Tolerance) -> None:
-    for split in ref.splits():
-        band = ref.band(split, metric)
-        if band is None:
+def plot(job_dirs, out_png, reference=None, title: str | None = None) -> Path:
+    """Draw the runs in job_dirs (paths or Run objects) into out_png; return its path.
+
+    reference: None, a shipped reference name or .json path, or a Reference. With one, each
+    check's acceptance region is drawn (a box over each train window, a bar at each eval
+    step: the seeds' mean ± the verdict's limit), and each run's window means over its curve.
+    """
+    Figure = _matplotlib()
+    runs = [r if isinstance(r, Run) else read_run(r) for r in job_dirs]
+    if not runs:
+        raise CurvesError("plot: no job directories given")
+    ref = load_reference(reference) if isinstance(reference, (str, os.PathLike)) else reference
+    out = _out(out_png)
+    splits = list(dict.fromkeys(s for r in runs for s in r.splits() if r.series(s, CHECK_METRIC)))
+    if ref is not None:
+        splits = list(dict.fromkeys([*(s.check.split for s in ref.stats), *splits]))
+    splits.sort(key=lambda s: (s != "train", s))
+    fig = Figure(figsize=(6 * max(len(splits), 1), 4.8), dpi=110, layout="constrained")
+    axes = fig.subplots(1, max(len(splits), 1), squeeze=False)[0]
+    for ax, split in zip(axes, splits):
+        if ref is not None:
+            _draw_regions(ax, ref, split)
+        for i, run in enumerate(runs):
+            color = COLORS[i % len(COLORS)]
+            series = run.series(split, CHECK_METRIC)
+            if not series:
+                continue
+            steps = sorted(series)
+            is_train = split == "train"
+            ax.plot(
+                steps,
+                [series[s] for s in steps],
+                color=color,
+                linewidth=0.9 if is_train and ref is not None else 1.4,
+                alpha=0.45 if is_train and ref is not None else 1.0,
+                marker=None if is_train else "o",
+                markersize=5,
+                label=_run_label(run, runs),
+            )
+            if is_train and ref is not None:
+                for stat in ref.stats:
+                    if stat.check.split == split and stat.check.is_window:
+                        v = stat.check.value(run.curves)
+                        if v is not None:
+                            ax.hlines(v, stat.check.steps[0], stat.check.steps[-1], color=color, linewidth=2.4)
+        ax.set_xlabel("step")
+        ax.set_ylabel(CHECK_METRIC)
+        ax.set_title(f"{split_label(split)} {CHECK_METRIC}" + (" (window means judged)" if split == "train" and ref else ""))
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="upper right")
+    fig.suptitle(title or _title(runs, ref), fontsize=10)
+    return _save(fig, out)
+
+
+def _draw_regions(ax, ref: Reference, split: str) -> None:
+    limit = stats.tolerance(ref.alpha, len(ref.stats), ref.n)
+    color = "0.45" if split == "train" else "tab:purple"
+    first = True
+    for stat in ref.stats:
+        if stat.check.split != split:
             continue
-        is_train = split == "train"
-        color = "0.45" if is_train else "tab:purple"
-        margins = [tol.margin(m, band.sigma) for m in band.mean]
-        ax.fill_between(
-            band.steps,
-            [lo - m for lo, m in zip(band.lo, margins)],
-            [hi + m for hi, m in zip(band.hi, margins)],
-            color=color,
-            alpha=0.12,
-            linewidth=0,
+        lo, hi = stat.mean - limit * stat.std, stat.mean + limit * stat.std
+        label = (
+            f"{ref.name}: {ref.n} seeds' mean ± {limit:.2f} s (flags <= {100 * ref.alpha:g}% "
+            f"of healthy runs)"
+            if first
+            else None
         )
-        ax.fill_between(
-            band.steps,
-            band.lo,
-            band.hi,
-            color=color,
-            alpha=0.35,
-            linewidth=0,
-            label=f"reference {ref.name} {_split_label(split)} ({len(ref.runs)} seeds)",
-        )
-        ax.plot(band.steps, band.mean, color=color, linewidth=0.8, linestyle=":")
-
-
-def _split_label(split: str) -> str:
-    return split.replace("eval_test_", "eval ") if split != "train" else "train"
+        first = False
+        if stat.check.is_window:
+            a, b = stat.check.steps[0], stat.check.steps[-1]
+            ax.fill_between([a, b], [lo, lo], [hi, hi], color=color, alpha=0.25, linewidth=0, label=label)
+            ax.hlines(stat.mean, a, b, color=color, linewidth=0.8, linestyle=":")
+        else:
+            step = stat.check.steps[0]
+            ax.errorbar(
+                [step], [stat.mean], yerr=[[stat.mean - lo], [hi - stat.mean]],
+                color=color, capsize=6, linewidth=2, alpha=0.6, label=label,
+            )
 
 
 def _run_label(run: Run, runs: list[Run]) -> str:
     names = [r.name for r in runs]
     name = run.name if names.count(run.name) == 1 else str(run.job_dir)
+    if run.fault:
+        return f"{name} ({run.fault.get('name')})"
     return f"{name} (seed {run.seed})" if run.seed is not None else name
 
 
@@ -134,7 +145,39 @@ def _title(runs: list[Run], ref: Reference | None) -> str:
     if manifest.get("lock_sha256"):
         text += f" (lock {manifest['lock_sha256'][:12]})"
     if ref is not None:
-        text += (
-            f"  ·  band: {ref.name}, {len(ref.runs)} recorded runs, light rim = compare tolerance"
-        )
+        text += f"  ·  band: {ref.name}, {ref.n} recorded seeds"
     return text
+
+
+def plot_calibration(ref: Reference, verdicts: dict[str, list[tuple[str, Verdict]]], out_png) -> Path:
+    """Each calibration run's deviation at every check, in seed stds, against the limit: the
+    held-out seeds must stay inside, the broken runs must leave."""
+    Figure = _matplotlib()
+    out = _out(out_png)
+    fig = Figure(figsize=(11, 5), dpi=110, layout="constrained")
+    ax = fig.subplots()
+    labels = [s.check.label for s in ref.stats]
+    xs = list(range(len(labels)))
+    limit = stats.tolerance(ref.alpha, len(ref.stats), ref.n)
+    ax.axhspan(-limit, limit, color="0.85", label=f"inside: ±{limit:.2f} s (alpha {ref.alpha:g})")
+    styles = {"held_out": dict(linestyle="-", marker="o"), "broken": dict(linestyle="--", marker="x")}
+    i = 0
+    for kind, pairs in verdicts.items():
+        for label, verdict in pairs:
+            devs = {r.stat.check.label: r.dev for r in verdict.rows}
+            ys = [devs.get(lbl, math.nan) for lbl in labels]
+            ys = [y if math.isfinite(y) else math.copysign(1e4, y) if not math.isnan(y) else math.nan for y in ys]
+            ax.plot(xs, ys, color=COLORS[i % len(COLORS)] if kind != "held_out" else "tab:green",
+                    alpha=0.8, label=f"{label} ({'pass' if verdict.ok else 'FAIL'})",
+                    **styles.get(kind, {}))
+            i += kind != "held_out"
+    ax.set_yscale("symlog", linthresh=limit)
+    ax.set_xticks(xs, labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("deviation from the seeds' mean (seed stds)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    ax.set_title(
+        f"{ref.name}: {ref.n} band seeds; held-out seeds and broken runs judged against it",
+        fontsize=10,
+    )
+    return _save(fig, out)

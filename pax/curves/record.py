@@ -1,19 +1,32 @@
-"""Turning finished runs into a reference JSON (`./noxw -s references` runs the seeds, then this).
+"""Turning finished runs into a reference JSON (`./noxw -s references` runs them, then this).
 
 Each recorded run keeps its curves and where it came from: the command that trained it,
 the release and the sha256 of the lockfile its environment was built from (manifest.json),
-the headline package versions, the git revision and the wall time.
+the headline package versions, the devices, the git revision and the wall time. The seeds'
+runs make the band; `calibration` runs (held-out seeds, broken runs) are kept beside it to
+test the band's verdict and are never part of it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 from pathlib import Path
 
-from pax.curves.reference import Reference
+from pax.curves.reference import ALPHA, TRAIN_WINDOW, Reference, flat_config
 from pax.curves.runs import CurvesError, read_run
 
 MANIFEST_KEYS = ("release", "lock_sha256", "git_revision", "python", "headline_packages", "devices")
+
+
+@dataclasses.dataclass
+class Recorded:
+    """A finished run to record: its job directory and the command that trained it."""
+
+    job_dir: str | Path
+    command: str
+    wall_s: float | None = None
+    fault: dict | None = None  # calibration: how it was broken ({name, description})
 
 
 def _relative(path: str | None, root: Path) -> str | None:
@@ -25,53 +38,77 @@ def _relative(path: str | None, root: Path) -> str | None:
         return path
 
 
+def _entry(rec: Recorded, root: Path) -> tuple[dict, dict, str | None]:
+    run = read_run(rec.job_dir)
+    manifest = run.manifest or {}
+    if not manifest.get("lock_sha256"):
+        raise CurvesError(
+            f"{rec.job_dir}: no manifest.json with lock_sha256; a reference must "
+            f"say which environment made it"
+        )
+    if run.config is None:
+        raise CurvesError(f"{rec.job_dir}: no config.json; a reference must say what ran")
+    config = flat_config(run.config)
+    entry = {
+        "seed": run.seed,
+        "command": rec.command,
+        "job_dir": _relative(str(run.job_dir), root),
+        "lockfile": _relative(manifest.get("lockfile"), root),
+        **{key: manifest.get(key) for key in MANIFEST_KEYS},
+        "num_train_steps": config.get("task.train.num_train_steps"),
+        "wall_s": rec.wall_s,
+        **({"fault": rec.fault or run.fault} if (rec.fault or run.fault) else {}),
+        "curves": run.curves,
+    }
+    return entry, config, run.experiment
+
+
 def record(
-    job_dirs: list[str | Path],
+    seeds: list[Recorded],
     name: str,
-    commands: list[str],
     out: str | Path,
     recorded_by: str = "",
-    wall_s: list[float | None] | None = None,
     root: str | Path = ".",
-    band_kind: str = "minmax",
-    k: float = 2.0,
+    alpha: float = ALPHA,
+    train_window: int = TRAIN_WINDOW,
+    calibration: dict[str, list[Recorded]] | None = None,
 ) -> Reference:
-    """Write the reference `out` from finished runs; returns it. commands[i] trained job_dirs[i]."""
-    if len(commands) != len(job_dirs):
-        raise CurvesError("record: one command per job directory")
+    """Write the reference `out` from finished runs; returns it.
+
+    The seeds must share one experiment and config (seeds aside); calibration runs
+    (`held_out`: other seeds of that config, `broken`: runs that must fail) may differ.
+    """
     root = Path(root)
-    runs, experiments = [], set()
-    for i, job_dir in enumerate(job_dirs):
-        run = read_run(job_dir)
-        manifest = run.manifest or {}
-        if not manifest.get("lock_sha256"):
-            raise CurvesError(
-                f"{job_dir}: no manifest.json with lock_sha256; a reference must "
-                f"say which environment made it"
-            )
-        experiments.add(run.experiment)
-        runs.append(
-            {
-                "seed": run.seed,
-                "command": commands[i],
-                "job_dir": _relative(str(run.job_dir), root),
-                "lockfile": _relative(manifest.get("lockfile"), root),
-                **{key: manifest.get(key) for key in MANIFEST_KEYS},
-                "wall_s": None if not wall_s else wall_s[i],
-                "curves": run.curves,
-            }
-        )
+    runs, configs, experiments = [], [], set()
+    for rec in seeds:
+        entry, config, experiment = _entry(rec, root)
+        runs.append(entry)
+        configs.append(config)
+        experiments.add(experiment)
     if len(experiments) != 1 or None in experiments:
         raise CurvesError(
             f"record: the runs must be of one experiment (config.json), got "
             f"{sorted(map(str, experiments))}"
         )
+    experiment = experiments.pop()
+    for rec, config in zip(seeds, configs):
+        if config != configs[0]:
+            diff = sorted(k for k in set(config) | set(configs[0]) if config.get(k) != configs[0].get(k))
+            raise CurvesError(
+                f"record: {rec.job_dir} ran another config than {seeds[0].job_dir} "
+                f"({', '.join(diff[:3])}); a band is for one config"
+            )
+    cal = {
+        kind: [_entry(rec, root)[0] for rec in recs] for kind, recs in (calibration or {}).items()
+    }
     ref = Reference(
         name=name,
-        experiment=experiments.pop(),
+        experiment=experiment,
         runs=runs,
-        band_kind=band_kind,
-        k=k,
+        config=configs[0],
+        alpha=alpha,
+        train_window=train_window,
+        calibration=cal,
         recorded_by=recorded_by,
         recorded_at=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     )

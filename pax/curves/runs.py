@@ -14,10 +14,19 @@ import math
 from pathlib import Path
 
 METRICS_FILE = "metrics.jsonl"
+FAULT_FILE = "fault.json"  # written by pax.tools.faults into a run it broke on purpose
 
 
 class CurvesError(ValueError):
     """Bad input: a missing job directory, no metrics, an unknown or malformed reference."""
+
+
+class CannotJudge(CurvesError):
+    """The run is not there to judge: no job directory, no metrics yet, stopped early.
+
+    compare exits 125 on it (`git bisect run`'s "skip"): a bisect step whose training
+    crashed says nothing about the curve, while a wrong command line (exit 2) is the same
+    at every step."""
 
 
 @dataclasses.dataclass
@@ -29,6 +38,8 @@ class Run:
     experiment: str | None = None  # from config.json
     seed: int | None = None  # from config.json
     manifest: dict | None = None  # manifest.json, as written by the trainer
+    config: dict | None = None  # config.json: the resolved config the run trained with
+    fault: dict | None = None  # fault.json: a deliberately broken run (pax.tools.faults)
     skipped_lines: int = 0  # lines that were not a JSON object with split and step
 
     @property
@@ -97,14 +108,14 @@ def read_run(job_dir: str | Path) -> Run:
     """The run in job_dir; CurvesError (one line) when there is nothing to read."""
     job_dir = Path(job_dir)
     if not job_dir.exists():
-        raise CurvesError(f"{job_dir}: no such job directory")
+        raise CannotJudge(f"{job_dir}: no such job directory")
     if not job_dir.is_dir():
         raise CurvesError(
             f"{job_dir}: not a directory (give the job directory, the one holding {METRICS_FILE})"
         )
     path = job_dir / METRICS_FILE
     if not path.is_file():
-        raise CurvesError(
+        raise CannotJudge(
             f"{job_dir}: no {METRICS_FILE} (not a job directory, or the run "
             f"has not logged a step yet)"
         )
@@ -113,7 +124,7 @@ def read_run(job_dir: str | Path) -> Run:
     except OSError as err:
         raise CurvesError(f"{path}: cannot read ({err.strerror or err})") from None
     if not curves:
-        raise CurvesError(f"{path}: no metric rows (empty, or not written by the trainer)")
+        raise CannotJudge(f"{path}: no metric rows (empty, or not written by the trainer)")
     config = _json_or_none(job_dir / "config.json") or {}
     seed = (
         (config.get("task") or {}).get("train", {}).get("seed")
@@ -126,6 +137,8 @@ def read_run(job_dir: str | Path) -> Run:
         experiment=config.get("experiment") if isinstance(config.get("experiment"), str) else None,
         seed=seed if isinstance(seed, int) else None,
         manifest=_json_or_none(job_dir / "manifest.json"),
+        config=config or None,
+        fault=_json_or_none(job_dir / FAULT_FILE),
         skipped_lines=skipped,
     )
 

@@ -1,68 +1,103 @@
-"""Synthetic job directories: metrics.jsonl (+ config.json, manifest.json) like the trainer's."""
+"""Synthetic job directories: metrics.jsonl, config.json, manifest.json like the trainer's.
 
+A synthetic seed's loss is a smooth falling curve plus Gaussian noise drawn from
+random.Random(seed): per-step noise on each logged train loss (one batch's loss) and a
+per-run offset (the seed-to-seed spread of the model), so window means and eval points
+behave as the real ones do, with a known distribution.
+"""
+
+import copy
 import json
 import math
+import random
 
 import pytest
 
 EXP = "tasks.lm.params.lm_cloud.LmCloudSpmdTiny"
 EVAL = "eval_test_embedded"
+STEP_NOISE = 0.05  # a logged train loss's step-to-step noise
+RUN_NOISE = 0.02  # a run's offset, shared by all its points
+
+CONFIG = {
+    "experiment": EXP,
+    "task": {
+        "model": {"vocab_size": 256, "num_layers": 4, "model_dims": 256},
+        "optimizer": {
+            "kind": "adam",
+            "learning_rate": 0.003,
+            "schedule": {"kind": "linear_rampup_cosine_decay", "warmup_steps": 20},
+        },
+        "train": {
+            "num_train_steps": 150,
+            "seed": 1,
+            "summary_every_n_steps": 10,
+            "eval_every_n_steps": 50,
+            "checkpoint_every_n_steps": 50,
+        },
+    },
+    "datasets": [
+        {"name": "train", "source": "embedded", "seed": 1, "data_dir": None},
+        {"name": "embedded", "source": "embedded", "seed": 1, "data_dir": None},
+    ],
+}
 
 
-def curve(step: int, seed: int, scale: float = 1.0) -> float:
-    """A falling loss, a little different per seed."""
-    return 1.5 + 4.0 * math.exp(-step / 40) + 0.02 * seed * scale
+def curve(step: int) -> float:
+    """The noiseless falling loss."""
+    return 1.5 + 4.0 * math.exp(-step / 40)
+
+
+def config_for(seed=1, experiment=EXP, **train):
+    config = copy.deepcopy(CONFIG)
+    config["experiment"] = experiment
+    config["task"]["train"].update(seed=seed, **train)
+    for ds in config["datasets"]:
+        ds["seed"] = seed
+    return config
+
+
+def synthetic_rows(seed, steps=range(10, 151, 10), eval_steps=(50, 100, 150), shift=0.0):
+    rng = random.Random(seed)
+    offset = rng.gauss(0.0, RUN_NOISE)
+    rows = []
+    for step in steps:
+        v = curve(step) + offset + rng.gauss(0.0, STEP_NOISE) + shift
+        rows.append({"split": "train", "step": step, "loss": v, "log_pplx": v, "grad_norm": 1.0})
+        if step in eval_steps:
+            e = curve(step) + 0.1 + offset + rng.gauss(0.0, RUN_NOISE / 2) + shift
+            rows.append({"split": EVAL, "step": step, "loss": e, "log_pplx": e, "accuracy": 0.5})
+    return rows
 
 
 def write_run(
     path,
     seed=1,
-    steps=range(0, 151, 10),
-    eval_steps=(50, 100, 150),
     rows=None,
     shift=0.0,
     experiment=EXP,
     lock="a" * 64,
+    release="1.6.0",
+    platform="cpu",
+    config=None,
+    **rows_kwargs,
 ):
     path.mkdir(parents=True, exist_ok=True)
     if rows is None:
-        rows = []
-        for step in steps:
-            v = curve(step, seed) + shift
-            rows.append(
-                {
-                    "split": "train",
-                    "step": step,
-                    "loss": v,
-                    "log_pplx": v,
-                    "grad_norm": 1.0,
-                    "step_time_s": None,
-                }
-            )
-            if step in eval_steps:
-                rows.append(
-                    {
-                        "split": EVAL,
-                        "step": step,
-                        "loss": v + 0.1,
-                        "log_pplx": v + 0.1,
-                        "accuracy": 0.5,
-                    }
-                )
+        rows = synthetic_rows(seed, shift=shift, **rows_kwargs)
     with open(path / "metrics.jsonl", "w") as f:
         for row in rows:
             f.write((row if isinstance(row, str) else json.dumps(row)) + "\n")
-    (path / "config.json").write_text(
-        json.dumps({"experiment": experiment, "task": {"train": {"seed": seed}}})
-    )
+    if config is not False:
+        (path / "config.json").write_text(json.dumps(config or config_for(seed, experiment)))
     (path / "manifest.json").write_text(
         json.dumps(
             {
-                "release": "1.4.0",
-                "lockfile": "releases/1.4.0/cpu.txt",
+                "release": release,
+                "lockfile": f"releases/{release}/cpu.txt",
                 "lock_sha256": lock,
                 "git_revision": "abc",
                 "headline_packages": {"jax": "0.10.2"},
+                "devices": {"platform": platform, "count": 1},
             }
         )
     )
@@ -77,19 +112,34 @@ def make_run(tmp_path):
     return make
 
 
+BAND_SEEDS = range(1, 11)
+
+
 @pytest.fixture
 def reference_file(tmp_path, make_run):
-    """A reference recorded from three synthetic seeds."""
+    """A reference recorded from ten synthetic seeds, with two held-out seeds and one broken
+    run (shifted up) as its calibration."""
     from pax.curves import record
 
-    dirs = [make_run(f"ref{s}", seed=s) for s in (1, 2, 3)]
+    def rec(name, **kw):
+        return record.Recorded(make_run(name, **kw), f"train {name}", wall_s=1.0)
+
     out = tmp_path / "Tiny.json"
     record.record(
-        dirs,
+        [rec(f"ref{s}", seed=s) for s in BAND_SEEDS],
         "Tiny",
-        [f"train --set=SEED={s}" for s in (1, 2, 3)],
         out,
         recorded_by="test",
         root=tmp_path,
+        calibration={
+            "held_out": [rec(f"held{s}", seed=s) for s in (101, 102)],
+            "broken": [
+                record.Recorded(
+                    make_run("broken", seed=103, shift=0.5),
+                    "broken",
+                    fault={"name": "shifted", "description": "loss + 0.5"},
+                )
+            ],
+        },
     )
     return out
