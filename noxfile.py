@@ -311,26 +311,28 @@ def compare(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def references(session: nox.Session) -> None:
-    """Re-record a reference band: `references -- [RELEASE] [--seeds 1,2,3] [--exp NAME] [--out F]`
-    (pax.tools.references: each seed trained afresh in the pinned CPU env)."""
-
+    """Re-record a reference band and its calibration (pax.tools.references): `references --
+    [RELEASE] [--exp NAME] [--seeds 1-10] [--held-out 11-13] [--faults all|none|A,B]
+    [--fault-steps 60] [--out F] [--reuse]`; each run trained in the pinned CPU env."""
     args = list(session.posargs)
     release = _release(session, args)
+    try:
+        parsed = refs.parse_args(args)
+    except CurvesError as err:
+        session.error(f"references: {err}")
     env = _env(session, release, "cpu")
-    out = _flag_value(args, "--out")
     try:
         ref = refs.record(
             env.python,
             {**os.environ, **env.session_env()},
             release.version,
-            _flag_value(args, "--exp") or TRAIN_DEFAULTS["--exp"],
-            refs.parse_seeds(_flag_value(args, "--seeds") or "1,2,3"),
-            Path(out) if out else None,
+            parsed,
             log=session.log,
         )
     except CurvesError as err:
         session.error(f"references: {err}")
-    session.log(f"references: wrote {ref.name} ({len(ref.runs)} runs)")
+    cal = ", ".join(f"{len(v)} {k}" for k, v in ref.calibration.items()) or "no calibration"
+    session.log(f"references: wrote {ref.name} ({ref.n} seeds; {cal})")
 
 
 @nox.session(venv_backend="none")

@@ -65,9 +65,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         action="store_true",
         help="judge only the checks the run has logged (a run in progress)",
     )
-    ca = sub.add_parser(
-        "calibration", help="re-judge a reference's held-out seeds and broken runs"
-    )
+    ca = sub.add_parser("calibration", help="re-judge a reference's held-out seeds and broken runs")
     ca.add_argument("reference", nargs="?", default="LmCloudSpmdTiny", help=ref_help)
     ca.add_argument("--out", default=None, help="also draw the deviations into this PNG")
     sub.add_parser("references", help="list the shipped references")
@@ -99,7 +97,9 @@ def calibration(name: str, out: str | None = None) -> int:
         raise CurvesError(f"{ref.name}: no calibration runs recorded (held-out seeds, broken runs)")
     verdicts: dict[str, list] = {}
     bad = 0
-    print(f"{ref.name}: band of {ref.n} seeds, alpha {ref.alpha:g}, train window {ref.train_window}")
+    print(
+        f"{ref.name}: band of {ref.n} seeds, alpha {ref.alpha:g}, train window {ref.train_window}"
+    )
     print(f"  {'run':<34} {'verdict':<8} deciding check (dev in seed stds, limit)")
     for kind, entries in ref.calibration.items():
         for entry in entries:
@@ -166,9 +166,7 @@ def pax_plot() -> None:
     """Console script `pax-plot JOB_DIR... [--out F.png] [--reference NAME]` (= plot), or
     `pax-plot compare JOB_DIR ...`."""
     argv = sys.argv[1:]
-    if not argv or argv[0] not in (
-        "plot", "compare", "calibration", "references", "-h", "--help"
-    ):
+    if not argv or argv[0] not in ("plot", "compare", "calibration", "references", "-h", "--help"):
         argv = ["plot", *argv]
     sys.exit(main(argv, prog="pax-plot"))
 

@@ -179,8 +179,7 @@ def judge(
         f"compare {run.job_dir} with reference {ref.name} ({n} {_seeds_text(ref.seeds())}, "
         f"recorded {ref.recorded_at or '?'})",
         f"  band: {_env_text(band_env)}",
-        f"  run:  {_env_text([run_env])}"
-        + (f", seed {run.seed}" if run.seed is not None else ""),
+        f"  run:  {_env_text([run_env])}" + (f", seed {run.seed}" if run.seed is not None else ""),
         f"  rule: flagged when any of {j} checks strays more than {limit:.2f} s from the seeds' "
         f"mean (s: their std there); a healthy run is flagged with probability <= "
         f"{100 * alpha:g}% (Student's t, {n - 1} dof, Bonferroni over {j} checks)",

@@ -91,10 +91,19 @@ def plot(job_dirs, out_png, reference=None, title: str | None = None) -> Path:
                     if stat.check.split == split and stat.check.is_window:
                         v = stat.check.value(run.curves)
                         if v is not None:
-                            ax.hlines(v, stat.check.steps[0], stat.check.steps[-1], color=color, linewidth=2.4)
+                            ax.hlines(
+                                v,
+                                stat.check.steps[0],
+                                stat.check.steps[-1],
+                                color=color,
+                                linewidth=2.4,
+                            )
         ax.set_xlabel("step")
         ax.set_ylabel(CHECK_METRIC)
-        ax.set_title(f"{split_label(split)} {CHECK_METRIC}" + (" (window means judged)" if split == "train" and ref else ""))
+        ax.set_title(
+            f"{split_label(split)} {CHECK_METRIC}"
+            + (" (window means judged)" if split == "train" and ref else "")
+        )
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="upper right")
     fig.suptitle(title or _title(runs, ref), fontsize=10)
@@ -118,13 +127,21 @@ def _draw_regions(ax, ref: Reference, split: str) -> None:
         first = False
         if stat.check.is_window:
             a, b = stat.check.steps[0], stat.check.steps[-1]
-            ax.fill_between([a, b], [lo, lo], [hi, hi], color=color, alpha=0.25, linewidth=0, label=label)
+            ax.fill_between(
+                [a, b], [lo, lo], [hi, hi], color=color, alpha=0.25, linewidth=0, label=label
+            )
             ax.hlines(stat.mean, a, b, color=color, linewidth=0.8, linestyle=":")
         else:
             step = stat.check.steps[0]
             ax.errorbar(
-                [step], [stat.mean], yerr=[[stat.mean - lo], [hi - stat.mean]],
-                color=color, capsize=6, linewidth=2, alpha=0.6, label=label,
+                [step],
+                [stat.mean],
+                yerr=[[stat.mean - lo], [hi - stat.mean]],
+                color=color,
+                capsize=6,
+                linewidth=2,
+                alpha=0.6,
+                label=label,
             )
 
 
@@ -149,7 +166,9 @@ def _title(runs: list[Run], ref: Reference | None) -> str:
     return text
 
 
-def plot_calibration(ref: Reference, verdicts: dict[str, list[tuple[str, Verdict]]], out_png) -> Path:
+def plot_calibration(
+    ref: Reference, verdicts: dict[str, list[tuple[str, Verdict]]], out_png
+) -> Path:
     """Each calibration run's deviation at every check, in seed stds, against the limit: the
     held-out seeds must stay inside, the broken runs must leave."""
     Figure = _matplotlib()
@@ -160,16 +179,27 @@ def plot_calibration(ref: Reference, verdicts: dict[str, list[tuple[str, Verdict
     xs = list(range(len(labels)))
     limit = stats.tolerance(ref.alpha, len(ref.stats), ref.n)
     ax.axhspan(-limit, limit, color="0.85", label=f"inside: ±{limit:.2f} s (alpha {ref.alpha:g})")
-    styles = {"held_out": dict(linestyle="-", marker="o"), "broken": dict(linestyle="--", marker="x")}
+    styles = {
+        "held_out": dict(linestyle="-", marker="o"),
+        "broken": dict(linestyle="--", marker="x"),
+    }
     i = 0
     for kind, pairs in verdicts.items():
         for label, verdict in pairs:
             devs = {r.stat.check.label: r.dev for r in verdict.rows}
             ys = [devs.get(lbl, math.nan) for lbl in labels]
-            ys = [y if math.isfinite(y) else math.copysign(1e4, y) if not math.isnan(y) else math.nan for y in ys]
-            ax.plot(xs, ys, color=COLORS[i % len(COLORS)] if kind != "held_out" else "tab:green",
-                    alpha=0.8, label=f"{label} ({'pass' if verdict.ok else 'FAIL'})",
-                    **styles.get(kind, {}))
+            ys = [
+                y if math.isfinite(y) else math.copysign(1e4, y) if not math.isnan(y) else math.nan
+                for y in ys
+            ]
+            ax.plot(
+                xs,
+                ys,
+                color=COLORS[i % len(COLORS)] if kind != "held_out" else "tab:green",
+                alpha=0.8,
+                label=f"{label} ({'pass' if verdict.ok else 'FAIL'})",
+                **styles.get(kind, {}),
+            )
             i += kind != "held_out"
     ax.set_yscale("symlog", linthresh=limit)
     ax.set_xticks(xs, labels, rotation=30, ha="right", fontsize=8)

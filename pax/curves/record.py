@@ -93,7 +93,9 @@ def record(
     experiment = experiments.pop()
     for rec, config in zip(seeds, configs):
         if config != configs[0]:
-            diff = sorted(k for k in set(config) | set(configs[0]) if config.get(k) != configs[0].get(k))
+            diff = sorted(
+                k for k in set(config) | set(configs[0]) if config.get(k) != configs[0].get(k)
+            )
             raise CurvesError(
                 f"record: {rec.job_dir} ran another config than {seeds[0].job_dir} "
                 f"({', '.join(diff[:3])}); a band is for one config"

@@ -231,7 +231,10 @@ def _curves_from_json(data, where: str) -> dict:
 
 
 def _run_to_json(run: dict) -> dict:
-    return {**{k: v for k, v in run.items() if k != "curves"}, "curves": _curves_to_json(run["curves"])}
+    return {
+        **{k: v for k, v in run.items() if k != "curves"},
+        "curves": _curves_to_json(run["curves"]),
+    }
 
 
 def _runs_from_json(runs, where: str, what: str) -> list[dict]:

@@ -119,7 +119,11 @@ def main(argv: list[str] | None = None) -> int:
             f"name one fault with --fault=NAME, one of {', '.join(FAULTS)} (got {faults or 'none'})"
         )
     fault = faults[0]
-    rest = [a for i, a in enumerate(argv) if not a.startswith("--fault") and argv[i - 1 : i] != ["--fault"]]
+    rest = [
+        a
+        for i, a in enumerate(argv)
+        if not a.startswith("--fault") and argv[i - 1 : i] != ["--fault"]
+    ]
     job_dirs = _flag(rest, "job_log_dir")
     if not job_dirs:
         return _usage("--job_log_dir is required")

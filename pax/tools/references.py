@@ -1,12 +1,26 @@
-"""Recording a reference band: train each seed afresh in a release's pinned env, one after
-another, then write pax/curves/references/<Experiment>.json from the finished runs.
+"""Recording a reference band and its calibration: train each run afresh in a release's pinned
+env, one after another, then write pax/curves/references/<Experiment>.json from them.
 
-Runs from nox's tools venv (`./noxw -s references`): it imports no jax and starts the trainer
-as a subprocess of the env's python.
+  ./noxw -s references -- [RELEASE] [--exp NAME] [--seeds 1-10] [--held-out 11-13]
+                          [--faults all|none|NAME,...] [--fault-steps 60] [--out F] [--reuse]
+
+The band's seeds make the checks' means and stds; the held-out seeds (not in the band) and
+one run per fault of pax.tools.faults (seeds of their own) are kept as its calibration, the
+evidence that the verdict passes healthy runs and fails broken ones (`python -m pax.curves
+calibration`, tests/curves/test_shipped.py). A broken run trains only --fault-steps steps:
+it is judged on the checks it reaches, and a fault that a short run cannot show would not
+be worth a band.
+
+Runs from nox's tools venv: it imports no jax and starts the trainer as a subprocess of the
+env's python. Job directories go under runs/references/<Experiment>/; --reuse keeps a run
+whose directory already holds a finished run (its metrics reach its last step), so an
+interrupted recording picks up where it stopped; without it every run starts afresh.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import shlex
 import shutil
 import subprocess
@@ -16,46 +30,124 @@ from pathlib import Path
 from pax.curves import CurvesError
 from pax.curves import record as curves_record
 from pax.curves.reference import Reference
+from pax.curves.runs import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_SEEDS = (1, 2, 3)
+DEFAULT_EXPERIMENT = "tasks.lm.params.lm_cloud.LmCloudSpmdTiny"
+DEFAULT_SEEDS = "1-10"
+DEFAULT_HELD_OUT = "11-13"
+FAULTS = ("lr_x10", "no_warmup", "no_final_norm", "labels_shifted")  # pax.tools.faults's
+FAULT_SEED = 101  # the broken runs' seeds: 101, 102, ...: in neither the band nor held out
+DEFAULT_FAULT_STEPS = 60
 
 
-def parse_seeds(text: str) -> list[int]:
-    """`1,2,3` -> [1, 2, 3]; CurvesError unless at least two distinct integers."""
+def parse_seeds(text: str, what: str = "--seeds", at_least: int = 2) -> list[int]:
+    """`1,2,3` or `1-10` (or both: `1-5,8`) -> distinct integers; CurvesError otherwise."""
+    seeds: list[int] = []
     try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
+        for part in (p.strip() for p in text.split(",")):
+            if not part:
+                continue
+            first, sep, last = part.partition("-")
+            seeds += list(range(int(first), int(last) + 1)) if sep else [int(part)]
     except ValueError:
-        raise CurvesError(f"--seeds takes integers like 1,2,3, not {text!r}") from None
-    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
-        raise CurvesError(f"a band needs at least two distinct seeds, got {text!r}")
+        raise CurvesError(f"{what} takes integers like 1,2,3 or 1-10, not {text!r}") from None
+    if len(seeds) < at_least or len(set(seeds)) != len(seeds):
+        raise CurvesError(f"{what} needs at least {at_least} distinct seeds, got {text!r}")
     return seeds
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise CurvesError(f"{message} (usage: {self.format_usage().strip()})")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = _Parser(prog="./noxw -s references --", add_help=False)
+    p.add_argument("--exp", default=DEFAULT_EXPERIMENT)
+    p.add_argument("--seeds", default=DEFAULT_SEEDS)
+    p.add_argument("--held-out", "--held_out", dest="held_out", default=DEFAULT_HELD_OUT)
+    p.add_argument("--faults", default="all")
+    p.add_argument(
+        "--fault-steps", "--fault_steps", dest="fault_steps", type=int, default=DEFAULT_FAULT_STEPS
+    )
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--reuse", action="store_true")
+    args = p.parse_args(argv)
+    args.seeds = parse_seeds(args.seeds)
+    args.held_out = parse_seeds(args.held_out, "--held-out", 0) if args.held_out != "none" else []
+    overlap = sorted(set(args.seeds) & set(args.held_out))
+    if overlap:
+        raise CurvesError(f"held-out seeds must not be band seeds: {overlap}")
+    if args.faults in ("all", "none"):
+        args.faults = list(FAULTS) if args.faults == "all" else []
+    else:
+        args.faults = [f.strip() for f in args.faults.split(",") if f.strip()]
+        unknown = [f for f in args.faults if f not in FAULTS]
+        if unknown:
+            raise CurvesError(f"unknown fault(s) {', '.join(unknown)}; faults: {', '.join(FAULTS)}")
+    if args.fault_steps < 1:
+        raise CurvesError(f"--fault-steps must be positive, not {args.fault_steps}")
+    return args
+
+
+def _finished(job_dir: Path) -> bool:
+    """A run that reached its last step (config.json's num_train_steps) and wrote its manifest."""
+    try:
+        config = json.loads((job_dir / "config.json").read_text())
+        steps = config["task"]["train"]["num_train_steps"]
+        curves, _ = read_metrics(job_dir / "metrics.jsonl")
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return (job_dir / "manifest.json").is_file() and steps in curves.get("train", {}).get(
+        "loss", {}
+    )
 
 
 def record(
     python: Path,
     env: dict[str, str],
     release: str,
-    experiment: str,
-    seeds: list[int],
-    out: Path | None = None,
+    args: argparse.Namespace,
     log=print,
+    root: Path = ROOT,
 ) -> Reference:
-    """Train `experiment` once per seed with `python` (a release env's) and record the band."""
+    """Train the band's seeds, the held-out seeds and the broken runs with `python` (a release
+    env's) in `root` (the checkout), then write the reference."""
+    experiment = args.exp
     name = experiment.rsplit(".", 1)[-1]
-    out = out or ROOT / "pax" / "curves" / "references" / f"{name}.json"
-    job_dirs, commands, walls = [], [], []
-    for seed in seeds:
-        job_dir = Path("runs") / "references" / name / f"seed{seed}"
-        shutil.rmtree(ROOT / job_dir, ignore_errors=True)  # a fresh run, never a resume
-        flags = [f"--exp={experiment}", f"--job_log_dir={job_dir}", f"--set=SEED={seed}"]
-        start = time.monotonic()
-        if subprocess.run([str(python), "-m", "pax.main", *flags], cwd=ROOT, env=env).returncode:
-            raise CurvesError(f"seed {seed}: training failed; see its log above ({job_dir})")
-        walls.append(round(time.monotonic() - start, 1))
-        log(f"references: seed {seed} took {walls[-1]:.0f} s")
-        job_dirs.append(ROOT / job_dir)
-        commands.append(shlex.join(["./noxw", "-s", "train", "--", release, "cpu", *flags]))
+    out = args.out or ROOT / "pax" / "curves" / "references" / f"{name}.json"
+    base = Path("runs") / "references" / name
+    python = Path(python)
+    env_python = str(python.relative_to(root) if python.is_relative_to(root) else python)
+
+    def train(job: str, module: list[str], flags: list[str], shown: list[str]):
+        job_dir = base / job
+        flags = [f"--exp={experiment}", f"--job_log_dir={job_dir}", *flags]
+        wall = None
+        if args.reuse and _finished(root / job_dir):
+            log(f"references: {job}: reusing the finished run in {job_dir}")
+        else:
+            shutil.rmtree(root / job_dir, ignore_errors=True)  # a fresh run, never a resume
+            start = time.monotonic()
+            if subprocess.run([str(python), "-m", *module, *flags], cwd=root, env=env).returncode:
+                raise CurvesError(f"{job}: training failed; see its log above ({job_dir})")
+            wall = round(time.monotonic() - start, 1)
+            log(f"references: {job} took {wall:.0f} s")
+        return curves_record.Recorded(root / job_dir, shlex.join([*shown, *flags]), wall)
+
+    train_cmd = ["./noxw", "-s", "train", "--", release, "cpu"]
+    seeds = [train(f"seed{s}", ["pax.main"], [f"--set=SEED={s}"], train_cmd) for s in args.seeds]
+    held = [train(f"seed{s}", ["pax.main"], [f"--set=SEED={s}"], train_cmd) for s in args.held_out]
+    broken = []
+    for i, fault in enumerate(args.faults):
+        flags = [
+            f"--fault={fault}",
+            f"--set=SEED={FAULT_SEED + i}",
+            f"--set=NUM_TRAIN_STEPS={args.fault_steps}",
+        ]
+        shown = [env_python, "-m", "pax.tools.faults"]
+        broken.append(train(f"fault-{fault}", ["pax.tools.faults"], flags, shown))
     recorded_by = shlex.join(
         [
             "./noxw",
@@ -64,9 +156,13 @@ def record(
             "--",
             release,
             f"--exp={experiment}",
-            f"--seeds={','.join(map(str, seeds))}",
+            f"--seeds={','.join(map(str, args.seeds))}",
+            f"--held-out={','.join(map(str, args.held_out)) or 'none'}",
+            f"--faults={','.join(args.faults) or 'none'}",
+            f"--fault-steps={args.fault_steps}",
         ]
     )
+    calibration = {k: v for k, v in (("held_out", held), ("broken", broken)) if v}
     return curves_record.record(
-        job_dirs, name, commands, out, recorded_by=recorded_by, wall_s=walls, root=ROOT
+        seeds, name, out, recorded_by=recorded_by, root=root, calibration=calibration
     )

@@ -319,7 +319,10 @@ def test_broken_runs_fail(make_run, reference_file):
             row["loss"] = float("nan")
     verdict = judge(read_run(make_run("nan", rows=rows)), ref)
     assert verdict.code == OUTSIDE
-    assert "deciding: eval embedded loss @ 150 = nan" in verdict.report and "not finite" in verdict.report
+    assert (
+        "deciding: eval embedded loss @ 150 = nan" in verdict.report
+        and "not finite" in verdict.report
+    )
 
 
 def test_false_alarm_rate_is_as_stated():
@@ -398,9 +401,7 @@ def test_other_experiment_or_config_is_refused(make_run, reference_file):
         judge(read_run(make_run("o", seed=2, experiment="x.Other")), ref)
     config = config_for(2)
     config["task"]["optimizer"]["learning_rate"] = 0.03
-    with pytest.raises(
-        CurvesError, match=r"ran another config.*learning_rate 0.03 \(band 0.003\)"
-    ):
+    with pytest.raises(CurvesError, match=r"ran another config.*learning_rate 0.03 \(band 0.003\)"):
         judge(read_run(make_run("c", seed=2, config=config)), ref)
     with pytest.raises(CannotJudge, match="no config.json"):
         judge(read_run(make_run("n", seed=2, config=False)), ref)
@@ -464,16 +465,21 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, make_run, reference_file, capsy
     config["task"]["optimizer"]["learning_rate"] = 0.03
     lr = make_run("lr", config=config)
     (tmp_path / "file").write_text("x")
-    argv = [
-        a.format(tmp=tmp_path, run=run, other=other, ref=reference_file, lr=lr) for a in argv
-    ]
+    argv = [a.format(tmp=tmp_path, run=run, other=other, ref=reference_file, lr=lr) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
 
 
 @pytest.mark.parametrize(
-    "argv", [[], ["frobnicate"], ["compare"], ["compare", "a", "--alpha", "x"], ["compare", "a", "--alpha", "2"]]
+    "argv",
+    [
+        [],
+        ["frobnicate"],
+        ["compare"],
+        ["compare", "a", "--alpha", "x"],
+        ["compare", "a", "--alpha", "2"],
+    ],
 )
 def test_cli_usage_errors_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as exc:

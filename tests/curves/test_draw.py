@@ -1,8 +1,9 @@
-"""Drawing (only where matplotlib is installed: the tools venv, not the release envs)."""
+"""Drawing (only where matplotlib is installed: the tools venv and the test env)."""
 
 import pytest
 
 from pax.curves import CurvesError, load_reference, plot
+from pax.curves.__main__ import main
 
 pytest.importorskip("matplotlib")
 
@@ -32,11 +33,13 @@ def test_plot_bad_output(tmp_path, make_run):
 
 
 def test_cli_plot(tmp_path, make_run, reference_file, capsys):
-    from pax.curves.__main__ import main
-
     out = tmp_path / "x.png"
-    assert (
-        main(["plot", str(make_run("a")), "--out", str(out), "--reference", str(reference_file)])
-        == 0
-    )
+    argv = ["plot", str(make_run("a")), "--out", str(out), "--reference", str(reference_file)]
+    assert main(argv) == 0
     assert out.read_bytes()[:8] == PNG_MAGIC and "band: reference Tiny" in capsys.readouterr().out
+
+
+def test_cli_calibration_chart(tmp_path, reference_file, capsys):
+    out = tmp_path / "cal.png"
+    assert main(["calibration", str(reference_file), "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == PNG_MAGIC and f"wrote {out}" in capsys.readouterr().out

@@ -1,10 +1,11 @@
-"""The reference bands shipped in pax/curves/references/: well-formed, real, falling."""
+"""The references shipped in pax/curves/references/: well-formed, real, and their verdict
+calibrated: every held-out seed passes, every broken run fails."""
 
 import json
 
 import pytest
 
-from pax.curves import load_reference, reference_names
+from pax.curves import judge_recorded, load_reference, reference_names
 from pax.curves.reference import REFERENCES_DIR
 
 
@@ -14,25 +15,40 @@ def test_tiny_reference_is_shipped():
 
 @pytest.mark.parametrize("name", reference_names())
 def test_shipped_reference_is_well_formed_and_falls(name):
-    ref = load_reference(name)  # recomputes the band from the runs; refuses a mismatch
+    ref = load_reference(name)  # recomputes the checks from the runs; refuses a mismatch
     data = json.loads((REFERENCES_DIR / f"{name}.json").read_text())
     assert ref.experiment.rsplit(".", 1)[-1] == name
-    assert len(ref.runs) >= 3
-    assert len({r["seed"] for r in ref.runs}) == len(ref.runs)
+    assert len(set(ref.seeds())) == ref.n >= 3
     assert data["recorded_by"].startswith("./noxw -s references")
     for run in data["runs"]:
         assert run["command"].startswith("./noxw -s train --")
         assert f"--set=SEED={run['seed']}" in run["command"]
         assert len(run["lock_sha256"]) == 64 and run["release"]
         assert run["lockfile"].startswith("releases/")
-    for split in ref.splits():
-        for metric in ("loss", "log_pplx"):
-            band = ref.band(split, metric)
-            assert band is not None, (split, metric)
-            assert all(lo <= hi for lo, hi in zip(band.lo, band.hi))
-            assert band.steps == sorted(band.steps)
-    assert "train" in ref.splits() and any(s.startswith("eval") for s in ref.splits())
-    train = ref.band("train", "loss")
-    assert len(train.steps) >= 10
-    assert train.mean[0] > train.mean[-1] + 1.0  # it learns: from ~ln 256 to well below
-    assert train.hi[-1] < train.lo[0]
+    assert ref.config["task.optimizer.learning_rate"] > 0
+    windows = [s for s in ref.stats if s.check.split == "train"]
+    evals = [s for s in ref.stats if s.check.split.startswith("eval")]
+    assert len(windows) >= 3 and len(evals) >= 3
+    assert windows[0].mean > windows[-1].mean + 0.5  # it learns
+    assert all(s.std > 0 for s in ref.stats)
+
+
+CALIBRATION = [
+    (name, kind, i)
+    for name in reference_names()
+    for kind, runs in load_reference(name).calibration.items()
+    for i in range(len(runs))
+]
+
+
+@pytest.mark.parametrize("name, kind, i", CALIBRATION)
+def test_calibration_run_is_judged_right(name, kind, i):
+    ref = load_reference(name)
+    entry = ref.calibration[kind][i]
+    verdict = judge_recorded(entry, ref)
+    if kind == "held_out":
+        assert verdict.ok, verdict.report
+        assert entry["seed"] not in ref.seeds()
+    else:
+        assert kind == "broken" and entry["fault"]["name"]
+        assert verdict.code == 1, verdict.report
