@@ -43,6 +43,13 @@ TPU_GENERATIONS = {
 COORDINATOR_PORT = 8482  # jax's own default for TPU coordinators
 RUNS_MOUNT = "/runs"  # where the JobSets mount the shared volume
 _NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# What the JobSet admission webhook (v0.12.0, pkg/webhooks/jobset_webhook.go) requires of the
+# names it will generate: Job `<jobset>-<replicated job>-<job index>` and pod
+# `<job>-<pod index>` plus the Job controller's random "-xxxxx" are DNS-1035 labels.
+_DNS_1035_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_DNS_LABEL_MAX = 63
+REPLICATED_JOB = "workers"  # the templates' one replicated job, with one Job (replicas: 1)
+POD_NAME_SUFFIX = "-abcde"  # the webhook's stand-in for the random suffix
 _PATH_RE = re.compile(r"[\w./~$-]+")
 _IMAGE_REGISTRY_RE = re.compile(r"[\w.-]+(:\d+)?(/[\w.-]+)*")
 _PLACEHOLDER_RE = re.compile(r"\{\{(\w+)\}\}")
@@ -71,6 +78,26 @@ def tpu_slice(name: str) -> tuple[str, int, str]:
         smallest = min(dims)
         dims[max(i for i, d in enumerate(dims) if d == smallest)] *= 2
     return accelerator, chips, "x".join(map(str, dims))
+
+
+def check_jobset_name(name: str, hosts: int) -> None:
+    """UsageError unless the JobSet webhook accepts `name` for a JobSet of `hosts` pods."""
+    pod = f"{name}-{REPLICATED_JOB}-0-{hosts - 1}{POD_NAME_SUFFIX}"
+    if not _DNS_1035_RE.fullmatch(name):
+        fixed = re.sub(r"[^-a-z0-9]+", "-", name.lower()).strip("-") or "run"
+        fixed = fixed if fixed[0].isalpha() else f"pax-{fixed}"
+        raise UsageError(
+            f"bad --name {name!r}: the JobSet's Jobs and pods are named after it ({pod[:-6]}-...), "
+            "so it must start with a lower-case letter and hold only lower-case letters, digits "
+            f"and '-' (a DNS-1035 label), e.g. --name={fixed}"
+        )
+    if len(pod) > _DNS_LABEL_MAX:
+        room = _DNS_LABEL_MAX - (len(pod) - len(name))
+        raise UsageError(
+            f"bad --name {name!r}: {len(name)} characters make pod names like "
+            f"{pod[: -len(POD_NAME_SUFFIX)]}-xxxxx ({len(pod)} characters), over the "
+            f"{_DNS_LABEL_MAX} the JobSet webhook allows; use at most {room} characters"
+        )
 
 
 def mesh_devices(experiment_cls: type) -> int | None:
@@ -193,12 +220,11 @@ def render(
     else:
         values["hosts"] = _gpu_hosts(exp, devices, gpus_per_host, hosts)
     name = name or "pax-" + exp.rsplit(".", 1)[1].lower()
-    pod = f"{name}-workers-0-{values['hosts'] - 1}"
-    if not _NAME_RE.fullmatch(name) or len(pod) > 63:
-        raise UsageError(
-            f"bad --name {name!r}: lower-case letters, digits and '-', short enough "
-            f"for pod names like {pod} to stay within 63 characters"
-        )
+    if target == "slurm":
+        if not _NAME_RE.fullmatch(name):
+            raise UsageError(f"bad --name {name!r}: lower-case letters, digits and '-'")
+    else:
+        check_jobset_name(name, values["hosts"])
     if not _NAME_RE.fullmatch(pvc):
         raise UsageError(f"bad --pvc {pvc!r}: a PersistentVolumeClaim name")
     if registry is not None and not _IMAGE_REGISTRY_RE.fullmatch(registry):

@@ -9,9 +9,12 @@ and it is run with stand-ins for srun, scontrol and each container runtime.
 import json
 import math
 import os
+import re
+import signal
 import stat
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -68,6 +71,73 @@ def _jobset(text):
     job_dir = args[1].removeprefix("--job_log_dir=")
     assert job_dir.startswith(mounts["runs"] + "/") and claims["runs"] == "pax-runs"
     return js, rjob, job, pod, container
+
+
+def _job_failure(job, container, exit_code, conditions=()):
+    """(reason, message) of the Job when a pod fails: the Job controller's podFailurePolicy
+    evaluation (kubernetes pkg/controller/job/pod_failure_policy.go, matchPodFailurePolicy:
+    rules in order, exit code 0 never matches, onPodConditions status defaulting to True;
+    FailJob's messages as it formats them) with backoffLimit counting unmatched failures."""
+    for index, rule in enumerate(job.get("podFailurePolicy", {}).get("rules", [])):
+        codes = rule.get("onExitCodes")
+        if codes and codes.get("containerName", container) == container and exit_code != 0:
+            if (exit_code in codes["values"]) == (codes["operator"] == "In"):
+                assert rule["action"] == "FailJob"
+                return "PodFailurePolicy", (
+                    f"Container {container} for pod default/pod-0 failed with exit code "
+                    f"{exit_code} matching FailJob rule at index {index}"
+                )
+        for pattern in rule.get("onPodConditions", []):
+            if (pattern["type"], pattern.get("status", "True")) in conditions:
+                assert rule["action"] == "FailJob"
+                return "PodFailurePolicy", (
+                    f"Pod default/pod-0 has condition {pattern['type']} matching FailJob rule "
+                    f"at index {index}"
+                )
+    assert job["backoffLimit"] == 0
+    return "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+
+
+def _jobset_action(js, reason, message):
+    """The JobSet controller's choice (jobset pkg/controllers/failure_policy.go,
+    ruleIsApplicable: the first rule whose reasons and message patterns match; RestartJobSet,
+    counted against maxRestarts, when none does)."""
+    for rule in js["spec"]["failurePolicy"].get("rules", []):
+        reasons = rule.get("onJobFailureReasons", [])
+        patterns = rule.get("onJobFailureMessagePatterns", [])
+        if (not reasons or reason in reasons) and (
+            not patterns or any(re.search(p, message) for p in patterns)
+        ):
+            return rule["action"]
+    return "RestartJobSet"
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+@pytest.mark.parametrize(
+    "exit_code,conditions,action",
+    [
+        (2, (), "FailJobSet"),  # bad input: the same on every restart
+        (75, (), "RestartJobSetAndIgnoreMaxRestarts"),  # preempted after saving
+        (137, (("DisruptionTarget", "True"),), "RestartJobSetAndIgnoreMaxRestarts"),  # evicted
+        (75, (("DisruptionTarget", "True"),), "RestartJobSetAndIgnoreMaxRestarts"),
+        (1, (), "RestartJobSet"),  # a real failure: counted against maxRestarts
+        (25, (), "RestartJobSet"),
+        (139, (("DisruptionTarget", "False"),), "RestartJobSet"),
+    ],
+)
+def test_failure_policies_fit_pax_exit_codes(target, exit_code, conditions, action):
+    js, _, job, _, container = _jobset(
+        cluster.render(RELEASE, target, "C4Spmd16BAdam32Replicas", registry=REGISTRY)
+    )
+    reason, message = _job_failure(job, container["name"], exit_code, conditions)
+    assert _jobset_action(js, reason, message) == action
+    assert js["spec"]["failurePolicy"]["maxRestarts"] == 3
+
+
+def test_longest_name_the_webhook_takes_is_accepted():
+    # 4 hosts: "<45 characters>-workers-0-3" + "-abcde" is 63 characters.
+    js, *_ = _jobset(cluster.render(RELEASE, "gpu", "C4Spmd16BAdam32Replicas", name="a" * 45))
+    assert js["metadata"]["name"] == "a" * 45
 
 
 @pytest.mark.parametrize("exp", REFERENCE)
@@ -201,6 +271,11 @@ _RECORD = """#!{python}
 import json, os, sys
 with open(os.path.join(os.environ['LOG'], 'task%s.json' % os.environ['SLURM_PROCID']), 'w') as f:
   json.dump([os.path.basename(sys.argv[0])] + sys.argv[1:], f)
+with open(os.path.join(os.environ['LOG'], 'task%s.path' % os.environ['SLURM_PROCID']), 'w') as f:
+  f.write(os.environ.get('PYTHONPATH', ''))
+"""
+_NVIDIA_SMI = """#!/bin/bash
+echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'
 """
 _SRUN = """#!/bin/bash
 # srun's stand-in: keep its options, run the command once per node as Slurm would.
@@ -214,7 +289,7 @@ _SCONTROL = """#!/bin/bash
 """
 
 
-def _stubs(tmp_path):
+def _stubs(tmp_path, gpus=True):
     bin_dir, log = tmp_path / "bin", tmp_path / "log"
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     bin_dir.mkdir()
@@ -229,13 +304,15 @@ def _stubs(tmp_path):
             tmp_path / "venv" / "bin" / "python",
         )
     ]
+    if gpus:  # what the docker runtime asks before passing --gpus all
+        stubs.append((bin_dir / "nvidia-smi", _NVIDIA_SMI))
     for path, text in stubs:
         path.write_text(text)
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return bin_dir, log
 
 
-@pytest.mark.parametrize("runtime", ["pyxis", "docker", "apptainer", "venv"])
+@pytest.mark.parametrize("runtime", ["pyxis", "docker", "docker-cpu", "apptainer", "venv"])
 def test_slurm_script_starts_one_pax_process_per_node(runtime, tmp_path):
     script = tmp_path / "run.sbatch"
     assert (
@@ -253,7 +330,7 @@ def test_slurm_script_starts_one_pax_process_per_node(runtime, tmp_path):
         )
         == 0
     )
-    bin_dir, log = _stubs(tmp_path)
+    bin_dir, log = _stubs(tmp_path, gpus=runtime != "docker-cpu")
     env = {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "HOME": str(tmp_path),
@@ -261,7 +338,8 @@ def test_slurm_script_starts_one_pax_process_per_node(runtime, tmp_path):
         "SLURM_JOB_ID": "4242",
         "SLURM_NNODES": "4",
         "SLURM_JOB_NODELIST": "node[001-004]",
-        "PAX_RUNTIME": runtime,
+        "SLURM_SUBMIT_DIR": str(ROOT),  # sbatch's, for the venv runtime's checkout
+        "PAX_RUNTIME": runtime.removesuffix("-cpu"),
         "PAX_VENV": str(tmp_path / "venv"),
     }
     result = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
@@ -295,7 +373,10 @@ def test_slurm_script_starts_one_pax_process_per_node(runtime, tmp_path):
         ],
         "apptainer": ["apptainer", "run", "--nv", "--bind", job_dir, f"docker://{image}"],
         "venv": ["python", "-m", "pax.main"],
-    }[runtime]
+    }
+    # Without NVIDIA GPUs on the node the image runs on its CPU fallback: no --gpus.
+    head["docker-cpu"] = [a for a in head["docker"] if a not in ("--gpus", "all")]
+    head = head[runtime]
     for i in range(4):
         argv = json.loads((log / f"task{i}.json").read_text())
         assert argv == head + [
@@ -306,6 +387,8 @@ def test_slurm_script_starts_one_pax_process_per_node(runtime, tmp_path):
             "--set=ICI_MESH_SHAPE=[1,8,4]",
             f"--host_idx={i}",
         ]
+    if runtime == "venv":  # the release env has no pax: every task imports the checkout's
+        assert {(log / f"task{i}.path").read_text() for i in range(4)} == {str(ROOT)}
     opts = (log / "srun.opts").read_text().split()
     assert "--ntasks-per-node=1" in opts
     if runtime == "pyxis":
@@ -338,6 +421,75 @@ def test_slurm_script_refuses_an_unknown_runtime(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "venv,checkout,message",
+    [
+        ("", ".", "PAX_RUNTIME=venv needs PAX_VENV=the release env"),
+        ("venv", "elsewhere", "PAX_RUNTIME=venv runs pax from a checkout: "),
+    ],
+)
+def test_slurm_venv_runtime_names_what_is_missing(venv, checkout, message, tmp_path):
+    script = tmp_path / "run.sbatch"
+    script.write_text(cluster.render(RELEASE, "slurm", "C4Spmd16BAdam32Replicas"))
+    bin_dir, log = _stubs(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    result = subprocess.run(
+        ["bash", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "HOME": str(tmp_path),
+            "LOG": str(log),
+            "SLURM_JOB_ID": "1",
+            "SLURM_NNODES": "4",
+            "SLURM_JOB_NODELIST": "node[001-004]",
+            "SLURM_SUBMIT_DIR": str(tmp_path / checkout),
+            "PAX_RUNTIME": "venv",
+            "PAX_VENV": str(tmp_path / venv) if venv else "",
+        },
+    )
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert not list(log.iterdir())
+
+
+_SRUN_PREEMPTED = """#!/bin/bash
+# srun's stand-in for a step that saves on SIGTERM: exits 75 once told to stop.
+trap 'echo got-term >> "$LOG/srun.signals"; exit 75' TERM
+touch "$LOG/srun.started"
+sleep 60 & wait
+"""
+
+
+def test_slurm_script_passes_sigterm_on_to_the_tasks_and_exits_with_their_status(tmp_path):
+    # scancel --batch/--full and preemption signal the batch script too: it must not end
+    # before the tasks have saved, and the job's exit code must be theirs (75).
+    script = tmp_path / "run.sbatch"
+    script.write_text(cluster.render(RELEASE, "slurm", "C4Spmd16BAdam32Replicas"))
+    bin_dir, log = _stubs(tmp_path)
+    (bin_dir / "srun").write_text(_SRUN_PREEMPTED)
+    proc = subprocess.Popen(
+        ["bash", str(script)],
+        env={
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "HOME": str(tmp_path),
+            "LOG": str(log),
+            "SLURM_JOB_ID": "1",
+            "SLURM_NNODES": "4",
+            "SLURM_JOB_NODELIST": "node[001-004]",
+        },
+    )
+    for _ in range(600):
+        if (log / "srun.started").exists():
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 75
+    assert (log / "srun.signals").read_text() == "got-term\n"
+
+
+@pytest.mark.parametrize(
     "args,message",
     [
         (
@@ -358,6 +510,19 @@ def test_slurm_script_refuses_an_unknown_runtime(tmp_path):
         ),
         (["tpu", "--exp=NoSuchExperiment"], "NoSuchExperiment"),
         (["gpu", "--exp=C4Spmd16BAdam32Replicas", "--name=Big_Run"], "bad --name 'Big_Run'"),
+        # The webhook's rules: Job and pod names are DNS-1035 labels (a letter first) ...
+        (["gpu", "--exp=C4Spmd16BAdam32Replicas", "--name=16b-run"], "e.g. --name=pax-16b-run"),
+        (["tpu", "--exp=C4Spmd16BAdam32Replicas", "--name=16b-run"], "a DNS-1035 label"),
+        # ... and the longest pod name plus the Job controller's 6-character suffix fits in 63:
+        # 4 hosts make "<name>-workers-0-3-xxxxx", so 46 characters are too many.
+        (
+            ["gpu", "--exp=C4Spmd16BAdam32Replicas", "--name=" + "a" * 46],
+            "(64 characters), over the 63 the JobSet webhook allows; use at most 45 characters",
+        ),
+        (
+            ["gpu", "--exp=C4Spmd16BAdam32Replicas", "--name=" + "a" * 51],
+            "use at most 45 characters",
+        ),
         (
             ["gpu", "--exp=C4Spmd16BAdam32Replicas", "--job-log-dir=/tmp/x"],
             "--job-log-dir must lie under /runs/",

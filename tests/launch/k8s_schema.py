@@ -1,0 +1,86 @@
+"""Validating manifests as the Kubernetes API server would: structural schemas, unknown = error.
+
+The API server prunes fields a CRD's structural schema does not declare, silently; a manifest
+field it would drop is a bug in the manifest (the setting never takes effect). So validation
+here closes every object schema that lists `properties` (additionalProperties: false) unless it
+says x-kubernetes-preserve-unknown-fields, and checks types, enums, required fields and
+patterns with jsonschema.
+
+The schemas are the upstream ones, not restated here:
+- the JobSet CRD, kubernetes-sigs/jobset tag v0.12.0,
+  config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml;
+- optionally Kubernetes' own OpenAPI v3 for batch/v1 (api/openapi-spec/v3/
+  apis__batch__v1_openapi.json), whose enums (Job podFailurePolicy actions and operators,
+  completion modes, restart policies) the CRD's copy of the Job schema leaves out.
+They are looked for in PAX_K8S_SCHEMAS, tests/launch/schemas/ and the shared/ directory beside
+the checkout (SCHEMA_DIRS).
+"""
+
+import copy
+import json
+import os
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+JOBSET_CRD = "jobset.x-k8s.io_jobsets.yaml"
+JOBSET_SOURCE = (
+    "kubernetes-sigs/jobset tag v0.12.0 (f22e565ac3cc3265c7c45ef67ecffdc689af5d77), "
+    "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml, git blob "
+    "96add10d030c2ab2c94b1c774edd23c814692808"
+)
+BATCH_V1 = "apis__batch__v1_openapi.json"
+SCHEMA_DIRS = [
+    *([Path(os.environ["PAX_K8S_SCHEMAS"])] if os.environ.get("PAX_K8S_SCHEMAS") else []),
+    ROOT / "tests" / "launch" / "schemas",
+    ROOT.parent / "shared" / "k8s-schemas",
+]
+
+
+def find(name: str) -> Path | None:
+    return next((d / name for d in SCHEMA_DIRS if (d / name).is_file()), None)
+
+
+def closed(schema: dict) -> dict:
+    """A copy of an OpenAPI v3 schema in which unknown fields are errors, as pruning makes them."""
+    schema = copy.deepcopy(schema)
+
+    def close(node):
+        if isinstance(node, dict):
+            if (
+                "properties" in node
+                and "additionalProperties" not in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")
+            ):
+                node["additionalProperties"] = False
+            for value in node.values():
+                close(value)
+        elif isinstance(node, list):
+            for value in node:
+                close(value)
+
+    close(schema)
+    return schema
+
+
+def jobset_validator(crd_path: Path, version: str = "v1alpha2"):
+    crd = yaml.safe_load(crd_path.read_text())
+    [served] = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    return jsonschema.Draft7Validator(closed(served["schema"]["openAPIV3Schema"]))
+
+
+def batch_v1_validator(openapi_path: Path, definition: str):
+    """A validator for one of the batch/v1 document's component schemas (references resolved
+    within the document)."""
+    document = json.loads(openapi_path.read_text())
+    components = closed(document["components"]["schemas"])
+    root = {"components": {"schemas": components}, "$ref": f"#/components/schemas/{definition}"}
+    return jsonschema.Draft7Validator(root)
+
+
+def errors(validator, instance) -> list[str]:
+    """Every violation as 'path: message', in document order."""
+    found = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))
+    return [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in found]
