@@ -1,9 +1,11 @@
-"""`docker build` of pax:<release>-<platform> from a staged context: the lock, its wheelhouse
-and a pax wheel of this checkout; the tag is set only when the whole build succeeded."""
+"""`docker build` of pax:<release>-<platform> from a staged context: the lock, its wheelhouse,
+a pax wheel of this checkout, the env's identity file and the image's SBOM; the tag is set only
+when the whole build succeeded."""
 
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -14,9 +16,10 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
-from pax import git, pip
+from pax import envinfo, git, pip
 from pax.images.engine import (
     IMAGE_REPO,
+    LOCK_IN_IMAGE,
     ImageError,
     docker,
     image_exists,
@@ -25,12 +28,14 @@ from pax.images.engine import (
 )
 from pax.images.wheelhouse import (
     HASH_MISMATCH_MARKERS,
+    PYTHON_VERSION,
     check_wheelhouse,
     lock_path,
     prepare_wheelhouse,
     sha256_file,
     wheelhouse_dir,
 )
+from pax.releases import catalog, lockfile
 from pax.releases.catalog import REPO_ROOT
 
 DEFAULT_BASE_IMAGE = "pax-base:bookworm"
@@ -65,12 +70,17 @@ def build_pax_wheel(dest: Path) -> Path:
                 shutil.copy2(REPO_ROOT / rel, src / rel)
             if not (src / "README.md").exists():
                 (src / "README.md").write_text("Pax\n")
+        # The release locks ride along (pax/_releases/<version>/<platform>.txt), so an installed
+        # pax finds the nearest release of whatever environment it is in (pax.envinfo).
+        for release in catalog.list_releases():
+            for platform in catalog.LOCK_PLATFORMS:
+                if release.lockfile(platform).is_file():
+                    copy = src / "pax" / "_releases" / release.version / f"{platform}.txt"
+                    copy.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(release.lockfile(platform), copy)
         # Same sources, same wheel bytes (zip timestamps from SOURCE_DATE_EPOCH), so an unchanged
         # trainer keeps the image's pax layer cached.
-        env = {
-            **pip.pip_env(),
-            "SOURCE_DATE_EPOCH": (_git_or_none("log", "-1", "--format=%ct") or "315532800").strip(),
-        }
+        env = {**pip.pip_env(), "SOURCE_DATE_EPOCH": str(source_date_epoch())}
         r = subprocess.run(
             [pip.pip_python(), "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(src)],
             env=env,
@@ -84,6 +94,67 @@ def build_pax_wheel(dest: Path) -> Path:
     if len(wheels) != 1:
         raise ImageError(f"expected one pax wheel in {dest}, found {len(wheels)}")
     return wheels[0]
+
+
+def source_date_epoch() -> int:
+    """The last commit's time: what the pax wheel's zip entries and the SBOM are dated."""
+    return int((_git_or_none("log", "-1", "--format=%ct") or "315532800").strip())
+
+
+def image_identity(release: str, platform: str, lock: Path) -> envinfo.Identity:
+    """The identity file of the image's /opt/venv (the lock sits at LOCK_IN_IMAGE there)."""
+    return envinfo.Identity(
+        release=release,
+        platform=platform,
+        lockfile=LOCK_IN_IMAGE,
+        lock_sha256=sha256_file(lock),
+        python=PYTHON_VERSION,
+        locked=lockfile.versions(lockfile.parse_lockfile(lock)),
+    )
+
+
+def _sbom_python() -> str:
+    """An interpreter with cyclonedx-python-lib: this one, else the tools venv's (./noxw)."""
+    if importlib.util.find_spec("cyclonedx") is not None:
+        return sys.executable
+    tools = REPO_ROOT / ".tools" / "venv" / "bin" / "python"
+    if tools.exists():
+        return str(tools)
+    raise ImageError(
+        "the image's SBOM needs cyclonedx-python-lib, which the tools venv has: run ./noxw -l once"
+    )
+
+
+def write_sbom(
+    release: str, platform: str, lock: Path, wheelhouse: Path, pax_wheel: Path, out: Path
+) -> str:
+    """Generate the SBOM into out (pax.images.sbom, in an interpreter that has the library);
+    returns its sha256."""
+    r = subprocess.run(
+        [
+            _sbom_python(),
+            "-m",
+            "pax.images.sbom",
+            str(lock),
+            str(wheelhouse),
+            str(pax_wheel),
+            f"--release={release}",
+            f"--platform={platform}",
+            f"--epoch={source_date_epoch()}",
+            f"--out={out}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+    if r.returncode != 0:
+        last = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()][-1:] or [""]
+        raise ImageError(f"writing the SBOM failed: {last[0].removeprefix('pax images: error: ')}")
+    digest = sha256_file(out)
+    if r.stdout.strip() != digest:
+        raise ImageError(f"the SBOM at {out} changed while it was written")
+    return digest
 
 
 def stage_context(
@@ -105,6 +176,7 @@ def stage_context(
             shutil.copy2(w, wh / w.name)
     (ctx / "dist").mkdir()
     shutil.copy2(pax_wheel, ctx / "dist" / pax_wheel.name)
+    (ctx / envinfo.IDENTITY_FILE).write_text(image_identity(release, platform, lock).to_json())
 
 
 def build(
@@ -143,6 +215,9 @@ def build(
         ctx = Path(tmp)
         pax_wheel = build_pax_wheel(ctx / "paxwheel")
         stage_context(release, platform, wheelhouse, pax_wheel, ctx / "context")
+        sbom_sha = write_sbom(
+            release, platform, lock, wheelhouse, pax_wheel, ctx / "context" / "sbom.cdx.json"
+        )
         cmd = [
             "build",
             "--network",
@@ -159,6 +234,8 @@ def build(
             f"BASE_IMAGE={base_image}",
             "--build-arg",
             f"LOCK_SHA256={lock_sha}",
+            "--build-arg",
+            f"SBOM_SHA256={sbom_sha}",
             "--build-arg",
             f"REVISION={git.revision() or 'unknown'}",
             "--build-arg",

@@ -3,6 +3,7 @@ lookups, and the in-image environment check."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from typing import Optional
@@ -53,20 +54,48 @@ def image_ref(release: str, platform: str) -> str:
     return f"{IMAGE_REPO}:{release}-{platform}"
 
 
-def verify_in_image(image: str) -> str:
-    """Run the image's own environment check (installed set == baked-in lock)."""
-    r = docker(
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "--entrypoint",
-        "python",
-        image,
-        "/opt/pax/verify_image_env.py",
-        check=False,
+def _run_python(image: str, *args: str) -> subprocess.CompletedProcess:
+    return docker(
+        "run", "--rm", "--network", "none", "--entrypoint", "python", image, *args, check=False
     )
+
+
+def label(image: str, name: str) -> str:
+    """One OCI label of a local image ("" when it has none)."""
+    out = docker("image", "inspect", "-f", "{{json .Config.Labels}}", image).stdout
+    return (json.loads(out) or {}).get(name, "")
+
+
+def verify_in_image(image: str) -> str:
+    """The image's own environment checks: installed set == baked-in lock
+    (verify_image_env.py), and `python -m pax env` naming the lock the image's label names,
+    exactly (what every run's manifest.json will record)."""
+    r = _run_python(image, "/opt/pax/verify_image_env.py")
     if r.returncode != 0:
         lines = (r.stdout + r.stderr).strip().splitlines()
         raise ImageError(f"in-image verification of {image} failed: {lines[-1] if lines else ''}")
-    return r.stdout.strip()
+    env = _run_python(image, "-m", "pax", "env", "--json")
+    try:
+        desc = json.loads(env.stdout)
+    except json.JSONDecodeError:
+        lines = (env.stdout + env.stderr).strip().splitlines()
+        raise ImageError(
+            f"`python -m pax env` in {image} failed: {lines[-1] if lines else env.returncode}"
+        ) from None
+    want = label(image, "io.pax.lock.sha256")
+    if env.returncode != 0 or desc["state"] != "exact" or desc["notes"]:
+        rows = ", ".join(
+            f"{d['package']} {d['locked']} -> {d['installed']}" for d in desc["differences"] or []
+        )
+        raise ImageError(
+            f"`python -m pax env` in {image}: {desc['state']} {rows} {'; '.join(desc['notes'])}"
+        )
+    if desc["identity"] is None or desc["lock_sha256"] != want:
+        raise ImageError(
+            f"`python -m pax env` in {image} names lock sha256 {desc['lock_sha256']} (identity "
+            f"{desc['identity']}), the label io.pax.lock.sha256 {want or '(none)'}"
+        )
+    return (
+        f"{r.stdout.strip()}\npax env: release {desc['release']} {desc['platform']}, exact, "
+        f"identity {desc['identity']}"
+    )

@@ -1,4 +1,5 @@
-"""Publishing: push to a registry, move latest-<platform>, pull back by digest, re-verify."""
+"""Publishing: push to a registry, move latest-<platform>, pull back by digest, re-verify (the
+environment against its lock, the SBOM against its label and the lock)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pax.images.engine import (
     require_engine,
     verify_in_image,
 )
+from pax.images.sbom import check_image as check_sbom
 from pax.images.wheelhouse import lock_path
 
 
@@ -66,7 +68,7 @@ def publish(
     release: str, platform: str, registry: str, image: Optional[str] = None, log=sys.stderr
 ) -> dict:
     """Push pax:<release>-<platform> and move latest-<platform>; pull back by digest; verify."""
-    lock_path(release, platform)
+    lock = lock_path(release, platform)
     if not re.fullmatch(r"[A-Za-z0-9.-]+(:\d+)?", registry or ""):
         raise ImageError(
             f"bad --registry {registry!r}: write HOST:PORT, e.g. 127.0.0.1:5000", usage=True
@@ -110,7 +112,9 @@ def publish(
         ):
             raise ImageError(f"{by_digest} pulled back a different image than {image}")
         report = verify_in_image(by_digest)
+        # The bill of materials, as pulled: its sha256 is the label's, its content the lock's.
+        bom = check_sbom(by_digest, lock, release, platform)
     finally:
         docker("rmi", by_digest, check=False)
     print(f"pax images: published {versioned} and {latest} at {digest}", file=log)
-    return {"digest": digest, "refs": [versioned, latest], "verify": report}
+    return {"digest": digest, "refs": [versioned, latest], "verify": report, "sbom": bom}

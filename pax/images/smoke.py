@@ -1,5 +1,6 @@
 """The smoke run: the tiny experiment trained offline in the image, its job directory checked
-(checkpoint, falling loss, a manifest naming the release and the lock sha256)."""
+(checkpoint, falling loss, a manifest naming the release and the lock sha256, its environment
+exactly that lock)."""
 
 from __future__ import annotations
 
@@ -65,7 +66,14 @@ def check_job_dir(job: Path, release: str, lock_sha: str) -> dict:
     manifest_file = job / "manifest.json"
     if not manifest_file.is_file():
         raise ImageError(f"smoke: no {manifest_file}")
-    strings = set(_strings(json.loads(manifest_file.read_text())))
+    manifest = json.loads(manifest_file.read_text())
+    state = (manifest.get("env") or {}).get("state")
+    if state != "exact":
+        raise ImageError(
+            f"smoke: {manifest_file} says the image's environment is {state or 'unknown'}, "
+            "not exactly its lock"
+        )
+    strings = set(_strings(manifest))
     if release not in strings:
         raise ImageError(f"smoke: {manifest_file} does not name release {release}")
     if not any(lock_sha in s for s in strings):

@@ -82,6 +82,7 @@ def build_wheel(
     body: str = "",
     requires: tuple[str, ...] = (),
     tag: str = "py3-none-any",
+    metadata: str = "",
 ) -> Path:
     """A pure-Python wheel holding module `name` (dashes -> underscores) with VERSION and body.
 
@@ -91,7 +92,9 @@ def build_wheel(
     files = {
         f"{module}/__init__.py": f"VERSION = {version!r}\n{body}\n",
         f"{dist}.dist-info/METADATA": "Metadata-Version: 2.1\n"
-        f"Name: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires),
+        f"Name: {name}\nVersion: {version}\n"
+        + "".join(f"Requires-Dist: {r}\n" for r in requires)
+        + metadata,  # more METADATA header lines (License-Expression, Classifier, ...)
         f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: pax-tests\n"
         f"Root-Is-Purelib: true\nTag: {tag}\n",
     }

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from pax import git
-from pax.images import build, publish, smoke, wheelhouse
+from pax import envinfo, git
+from pax.images import build, publish, sbom, smoke, wheelhouse
 from pax.images import engine as image_engine
+from tests.images import cyclonedx_schema
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("PAX_CONTAINER_TESTS") != "1",
@@ -121,11 +122,14 @@ def test_build_smoke_publish_pull(engine, registry, tmp_path):
     assert result["last_loss"] < result["first_loss"]
     manifest = json.loads((tmp_path / "smoke" / "job" / "manifest.json").read_text())
     assert manifest["release"] == RELEASE and manifest["lock_sha256"] == lock_sha
+    assert manifest["env"]["state"] == "exact"
+    assert manifest["env"]["identity"] == "/opt/venv/pax-env.json"
 
     published = publish.publish(RELEASE, PLATFORM, registry)
     digest = published["digest"]
     assert publish.registry_digest(registry, "pax", f"latest-{PLATFORM}") == digest
     assert "pax-verify: ok" in published["verify"]
+    assert published["sbom"]["sha256"] == labels[sbom.SBOM_LABEL]
 
     # A real pull: drop the local image, fetch it back by digest, check it is the same image.
     image_id = _docker("image", "inspect", "-f", "{{.Id}}", tag).stdout.strip()
@@ -140,6 +144,63 @@ def test_build_smoke_publish_pull(engine, registry, tmp_path):
             _docker("tag", f"{registry}/pax@{digest}", tag, check=False)
         _docker("rmi", f"{registry}/pax@{digest}", check=False)
     assert image_engine.image_exists(tag)
+
+
+def _pax_env(image, *docker_args, script="python -m pax env --json"):
+    r = _docker(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        *docker_args,
+        "--entrypoint",
+        "sh",
+        image,
+        "-c",
+        script,
+        check=False,
+    )
+    return r.returncode, json.loads(r.stdout)
+
+
+def test_image_names_its_environment_and_carries_a_valid_sbom(engine, tmp_path):
+    """The image CI built (a cached rebuild otherwise): its SBOM, taken out with `docker cp`, is
+    valid CycloneDX whose sha256 is the label's; `pax env` in it is exact (identity file alone,
+    without the image's PAX_* variables), and drifted once a package's version changes."""
+    tag = build.build(RELEASE, PLATFORM)
+    lock = wheelhouse.lock_path(RELEASE, PLATFORM)
+    labels = json.loads(_docker("image", "inspect", tag).stdout)[0]["Config"]["Labels"]
+    container = _docker("create", tag).stdout.strip()
+    try:
+        _docker("cp", f"{container}:{sbom.SBOM_IN_IMAGE}", str(tmp_path / "sbom.cdx.json"))
+    finally:
+        _docker("rm", container)
+    path = tmp_path / "sbom.cdx.json"
+    assert envinfo.sha256_file(path) == labels[sbom.SBOM_LABEL]
+    assert cyclonedx_schema.errors(path) == []
+    checked = sbom.check(path.read_text(), lock, RELEASE, PLATFORM)
+    assert checked["components"] == len(envinfo.lock_versions(lock.read_text())) + 1
+
+    no_vars = [f"--env={var}=" for var in envinfo.OVERRIDES]  # empty counts as unset
+    code, desc = _pax_env(tag, *no_vars)
+    assert code == 0 and desc["state"] == "exact" and desc["overridden_by"] == []
+    assert (desc["release"], desc["platform"]) == (RELEASE, PLATFORM)
+    assert desc["lock_sha256"] == labels["io.pax.lock.sha256"] == envinfo.sha256_file(lock)
+    assert desc["identity"] == "/opt/venv/pax-env.json" and desc["pax"]
+
+    # An upgrade in place, as `pip install -U` would leave absl-py's metadata (as root).
+    old = envinfo.lock_versions(lock.read_text())["absl-py"]
+    bump = (
+        f"sed -i 's/^Version: {old}$/Version: {old}.post1/' "
+        f"/opt/venv/lib/python3.11/site-packages/absl_py-{old}.dist-info/METADATA && "
+        "python -m pax env --json"
+    )
+    code, desc = _pax_env(tag, "--user=0", script=bump)
+    assert code == 1 and desc["state"] == "drifted" and desc["release"] == RELEASE
+    assert desc["differences"] == [
+        {"package": "absl-py", "locked": old, "installed": f"{old}.post1", "kind": "changed"}
+    ]
+    assert (desc["nearest"]["release"], desc["nearest"]["platform"]) == (RELEASE, PLATFORM)
 
 
 def test_tampered_wheelhouse_fails_and_tags_nothing(engine, tmp_path):

@@ -1,0 +1,254 @@
+"""The image's bill of materials: CycloneDX 1.6 JSON, generated from the release lock.
+
+One component per lock pin (name, version, purl, the SHA-256 of the very wheel the image
+installs, which the lock lists, and the licenses the wheel's metadata declares), one for the pax
+wheel, and the dependency graph from the wheels' Requires-Dist; the image itself is the BOM's
+subject. Generated on the host at build time with cyclonedx-python-lib (the tools venv has it;
+`python -m pax.images.sbom`), copied into the image at SBOM_IN_IMAGE, and its sha256 set as the
+image label SBOM_LABEL. The same inputs give the same bytes (serial number and timestamp come
+from the lock, the pax wheel and SOURCE_DATE_EPOCH), so an unchanged rebuild keeps its label.
+
+`check` (stdlib only) is what publish runs on the SBOM read back from a pulled image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import email.parser
+import hashlib
+import json
+import sys
+import uuid
+import zipfile
+from pathlib import Path
+
+from pax.images.engine import ImageError, docker, label
+from pax.releases import lockfile
+
+SBOM_IN_IMAGE = "/opt/pax/sbom.cdx.json"
+SBOM_LABEL = "io.pax.sbom.sha256"
+SPEC_VERSION = "1.6"
+
+
+def _wheel_metadata(wheel: Path):
+    """The wheel's METADATA (email-header format: Name, Version, License*, Requires-Dist)."""
+    with zipfile.ZipFile(wheel) as z:
+        names = [n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        if len(names) != 1:
+            raise ImageError(f"{wheel.name}: expected one .dist-info/METADATA, found {len(names)}")
+        return email.parser.BytesHeaderParser().parsebytes(z.read(names[0]))
+
+
+def _licenses(meta, factory, declared):
+    """What the wheel declares, best first: a PEP 639 License-Expression; a one-line License
+    field (longer ones hold the license's whole text, which names nothing); the trove
+    classifiers. cyclonedx-python-lib decides SPDX id vs expression vs plain name."""
+    expression = (meta.get("License-Expression") or "").strip()
+    if expression:
+        return [factory.make_from_string(expression, license_acknowledgement=declared)]
+    text = (meta.get("License") or "").strip()
+    if text and "\n" not in text and len(text) <= 100 and text.upper() not in ("UNKNOWN", ""):
+        return [factory.make_from_string(text, license_acknowledgement=declared)]
+    return [
+        factory.make_with_name(c.split(" :: ")[-1], acknowledgement=declared)
+        for c in meta.get_all("Classifier") or []
+        if c.startswith("License :: ") and c.count(" :: ") >= 2
+    ]
+
+
+def _wheels_by_name(wheelhouse: Path) -> dict[str, Path]:
+    return {lockfile.canonicalize(w.name.split("-", 1)[0]): w for w in wheelhouse.glob("*.whl")}
+
+
+def generate(
+    lock: Path,
+    wheelhouse: Path,
+    pax_wheel: Path,
+    release: str,
+    platform: str,
+    epoch: int,
+) -> str:
+    """The SBOM as JSON text. The wheelhouse must hold exactly the lock's wheels (the build
+    checks it first); a wheel whose sha256 the lock does not list is refused here too."""
+    from cyclonedx.contrib.license.factories import LicenseFactory
+    from cyclonedx.contrib.this.builders import this_component
+    from cyclonedx.model import HashAlgorithm, HashType, Property
+    from cyclonedx.model.bom import Bom, BomMetaData
+    from cyclonedx.model.component import Component, ComponentType
+    from cyclonedx.model.license import LicenseAcknowledgement
+    from cyclonedx.output.json import JsonV1Dot6
+    from packageurl import PackageURL
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    pins = lockfile.parse_lockfile(lock)
+    lock_sha = lockfile.sha256_file(lock)
+    wheels = _wheels_by_name(wheelhouse)
+    factory, declared = LicenseFactory(), LicenseAcknowledgement.DECLARED
+
+    def component(name, version, wheel, meta):
+        digest = lockfile.sha256_file(wheel)
+        purl = PackageURL("pypi", name=name, version=version)
+        return Component(
+            type=ComponentType.LIBRARY,
+            name=name,
+            version=version,
+            bom_ref=str(purl),
+            purl=purl,
+            hashes=[HashType(alg=HashAlgorithm.SHA_256, content=digest)],
+            licenses=_licenses(meta, factory, declared),
+            properties=[Property(name="pax:wheel", value=wheel.name)],
+        )
+
+    subject = Component(
+        type=ComponentType.CONTAINER,
+        name="pax",
+        version=f"{release}-{platform}",
+        bom_ref=f"pax-image:{release}-{platform}",
+        properties=[
+            Property(name="pax:release", value=release),
+            Property(name="pax:platform", value=platform),
+            Property(name="pax:lock.sha256", value=lock_sha),
+        ],
+    )
+    metas, parts = {}, {}
+    for name, pin in sorted(pins.items()):
+        wheel = wheels.get(name)
+        if wheel is None:
+            raise ImageError(f"SBOM: no wheel for {name}=={pin.version} in {wheelhouse}")
+        if f"sha256:{lockfile.sha256_file(wheel)}" not in pin.hashes:
+            raise ImageError(f"SBOM: {wheel.name} has a sha256 that {lock} does not list")
+        metas[name] = _wheel_metadata(wheel)
+        parts[name] = component(name, pin.version, wheel, metas[name])
+    pax_meta = _wheel_metadata(pax_wheel)
+    parts["pax"] = component("pax", pax_meta["Version"], pax_wheel, pax_meta)
+    metas["pax"] = pax_meta
+
+    pax_sha = lockfile.sha256_file(pax_wheel)
+    bom = Bom(
+        serial_number=uuid.uuid5(
+            uuid.NAMESPACE_URL, f"pax-sbom:{release}-{platform}:{lock_sha}:{pax_sha}"
+        ),
+        metadata=BomMetaData(
+            component=subject,
+            timestamp=datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc),
+        ),
+    )
+    bom.metadata.tools.components.add(this_component())
+    for part in parts.values():
+        bom.components.add(part)
+    bom.register_dependency(subject, parts.values())
+    # Edges from each wheel's Requires-Dist that hold in the image (markers evaluated for this
+    # interpreter, which builds for the image's: CPython 3.11 on Linux x86_64; no extras).
+    for name, meta in metas.items():
+        needs = set()
+        for line in meta.get_all("Requires-Dist") or []:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                needs.add(lockfile.canonicalize(req.name))
+        bom.register_dependency(parts[name], [parts[n] for n in sorted(needs) if n in parts])
+    return JsonV1Dot6(bom).output_as_string(indent=1) + "\n"
+
+
+def check(text: str, lock: Path, release: str, platform: str) -> dict:
+    """Stdlib check of an SBOM read back from an image: CycloneDX 1.6, about this image, one
+    component per lock pin at the locked version with a hash the lock lists, plus pax."""
+    try:
+        bom = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ImageError(f"SBOM: not JSON ({e})") from None
+    if bom.get("bomFormat") != "CycloneDX" or bom.get("specVersion") != SPEC_VERSION:
+        raise ImageError(
+            f"SBOM: not CycloneDX {SPEC_VERSION} (bomFormat {bom.get('bomFormat')!r}, "
+            f"specVersion {bom.get('specVersion')!r})"
+        )
+    subject = bom.get("metadata", {}).get("component", {})
+    if (subject.get("name"), subject.get("version")) != ("pax", f"{release}-{platform}"):
+        raise ImageError(
+            f"SBOM: describes {subject.get('name')}:{subject.get('version')}, not pax "
+            f"{release}-{platform}"
+        )
+    pins = lockfile.parse_lockfile(lock)
+    found, pax = {}, None
+    for part in bom.get("components", []):
+        hashes = {h.get("content") for h in part.get("hashes", []) if h.get("alg") == "SHA-256"}
+        if part.get("name") == "pax":
+            pax = part.get("version")
+            continue
+        pin = pins.get(part.get("name"))
+        if pin is None or part.get("version") != pin.version:
+            raise ImageError(f"SBOM: {part.get('name')}=={part.get('version')} is not in {lock}")
+        if not hashes & {h.split(":", 1)[1] for h in pin.hashes if h.startswith("sha256:")}:
+            raise ImageError(f"SBOM: {pin.name}'s hash is not one {lock} lists")
+        found[pin.name] = pin.version
+    missing = sorted(set(pins) - set(found))
+    if missing or pax is None:
+        raise ImageError(f"SBOM: no component for {', '.join(missing or ['pax'])}")
+    licensed = sum(1 for part in bom["components"] if part.get("licenses"))
+    return {"components": len(found) + 1, "with_license": licensed, "pax": pax}
+
+
+_READ_BACK = (
+    "import hashlib, sys\n"
+    "data = open(sys.argv[1], 'rb').read()\n"
+    "sys.stdout.write(hashlib.sha256(data).hexdigest() + '\\n' + data.decode())\n"
+)
+
+
+def check_image(image: str, lock: Path, release: str, platform: str) -> dict:
+    """Read the SBOM back out of an image: its sha256 (taken inside the image) must be the
+    image's SBOM_LABEL, and its content must `check` against the lock."""
+    r = docker(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--entrypoint",
+        "python",
+        image,
+        "-c",
+        _READ_BACK,
+        SBOM_IN_IMAGE,
+        check=False,
+    )
+    if r.returncode != 0:
+        lines = (r.stdout + r.stderr).strip().splitlines()
+        raise ImageError(f"{image} has no readable {SBOM_IN_IMAGE}: {lines[-1] if lines else ''}")
+    digest, _, text = r.stdout.partition("\n")
+    want = label(image, SBOM_LABEL)
+    if digest != want:
+        raise ImageError(
+            f"{image}: {SBOM_IN_IMAGE} has sha256 {digest[:12]}, its label {SBOM_LABEL} says "
+            f"{want[:12] or '(none)'}"
+        )
+    return {"sha256": digest, **check(text, lock, release, platform)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m pax.images.sbom",
+        description="Write a pax image's CycloneDX SBOM from its lock, wheelhouse and pax wheel.",
+    )
+    p.add_argument("lock", type=Path)
+    p.add_argument("wheelhouse", type=Path)
+    p.add_argument("pax_wheel", type=Path)
+    p.add_argument("--release", required=True)
+    p.add_argument("--platform", required=True)
+    p.add_argument("--epoch", type=int, required=True, help="SOURCE_DATE_EPOCH: the timestamp")
+    p.add_argument("--out", type=Path, required=True)
+    a = p.parse_args(argv)
+    try:
+        text = generate(a.lock, a.wheelhouse, a.pax_wheel, a.release, a.platform, a.epoch)
+    except ImageError as e:
+        print(f"pax images: error: {e}", file=sys.stderr)
+        return 1
+    a.out.write_text(text)
+    print(hashlib.sha256(text.encode()).hexdigest())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""pax.images.sbom: the image's CycloneDX SBOM, made from a lock and its wheels (no Docker).
+
+Tiny wheels stand in for the lock's (tests/bisect/wheels.py), each declaring its license one of
+the ways real wheels do. Validity is judged by cyclonedx-python-lib's strict JSON validator
+against the CycloneDX 1.6 schema it ships (tests/images/cyclonedx_schema.py).
+"""
+
+import json
+import zipfile
+
+import pytest
+
+from pax.images import build, sbom
+from pax.images.engine import ImageError
+from pax.releases import catalog
+from tests.bisect import wheels
+from tests.images import cyclonedx_schema
+
+PINS = {"alpha": "1.0", "beta-pkg": "2.0", "gamma": "0.1", "delta": "3.1"}
+METADATA = {
+    "alpha": "License-Expression: MIT OR Apache-2.0\n",  # PEP 639
+    "beta-pkg": "License: Apache-2.0\n",  # a short License field holding an SPDX id
+    "gamma": "License: " + "Permission is hereby granted ...\n        " * 3 + "\n"
+    "Classifier: License :: OSI Approved :: BSD License\n",  # a license text: the classifier
+    "delta": "",  # nothing declared
+}
+REQUIRES = {
+    "alpha": ("beta-pkg>=1", "gamma; python_version < '3'", "delta; extra == 'x'"),
+    "beta-pkg": ("gamma",),
+}
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    house = tmp_path / "wheelhouse"
+    house.mkdir()
+    for name, version in PINS.items():
+        wheels.build_wheel(
+            house, name, version, requires=REQUIRES.get(name, ()), metadata=METADATA[name]
+        )
+    lock = wheels.write_lock(tmp_path / "tpu.txt", PINS, house)
+    pax = wheels.build_wheel(tmp_path, "pax", "1.6.0", metadata="License: Apache-2.0\n")
+    return lock, house, pax
+
+
+def _write(inputs, out):
+    lock, house, pax = inputs
+    return build.write_sbom("9.9.9", "tpu", lock, house, pax, out)
+
+
+def test_sbom_is_valid_cyclonedx_naming_every_pin_its_wheel_and_license(inputs, tmp_path):
+    out = tmp_path / "sbom.cdx.json"
+    digest = _write(inputs, out)
+    assert cyclonedx_schema.errors(out) == []
+    bom = json.loads(out.read_text())
+    assert bom["metadata"]["component"]["version"] == "9.9.9-tpu"
+    parts = {c["name"]: c for c in bom["components"]}
+    assert {n: c["version"] for n, c in parts.items()} == {**PINS, "pax": "1.6.0"}
+    lock, house, _ = inputs
+    assert parts["beta-pkg"]["purl"] == "pkg:pypi/beta-pkg@2.0"
+    assert parts["gamma"]["hashes"] == [
+        {"alg": "SHA-256", "content": wheels.sha256(house / "gamma-0.1-py3-none-any.whl")}
+    ]
+    assert parts["alpha"]["licenses"] == [
+        {"acknowledgement": "declared", "expression": "MIT OR Apache-2.0"}
+    ]
+    assert parts["beta-pkg"]["licenses"] == [
+        {"license": {"acknowledgement": "declared", "id": "Apache-2.0"}}
+    ]
+    assert parts["gamma"]["licenses"] == [
+        {"license": {"acknowledgement": "declared", "name": "BSD License"}}
+    ]
+    assert "licenses" not in parts["delta"]
+    # Requires-Dist edges that hold in the image: markers false for 3.11 and extras left out.
+    deps = {d["ref"]: sorted(d.get("dependsOn", [])) for d in bom["dependencies"]}
+    assert deps["pkg:pypi/alpha@1.0"] == ["pkg:pypi/beta-pkg@2.0"]
+    assert deps["pkg:pypi/beta-pkg@2.0"] == ["pkg:pypi/gamma@0.1"]
+    assert len(deps["pax-image:9.9.9-tpu"]) == len(PINS) + 1
+    assert sbom.check(out.read_text(), lock, "9.9.9", "tpu") == {
+        "components": 5,
+        "with_license": 4,
+        "pax": "1.6.0",
+    }
+    # The same inputs, the same bytes (so an unchanged rebuild keeps its label).
+    assert _write(inputs, tmp_path / "again.json") == digest
+
+
+def test_a_wheel_the_lock_does_not_list_is_refused(inputs, tmp_path):
+    lock, house, pax = inputs
+    victim = house / "gamma-0.1-py3-none-any.whl"
+    with open(victim, "ab") as f:
+        f.write(b"tampered")
+    with pytest.raises(
+        ImageError, match="gamma-0.1-py3-none-any.whl has a sha256 that .* does not list"
+    ):
+        _write(inputs, tmp_path / "sbom.json")
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda b: b.update(specVersion="1.5"), "not CycloneDX 1.6"),
+        (lambda b: b["metadata"]["component"].update(version="9.9.9-gpu"), "not pax 9.9.9-tpu"),
+        (lambda b: b["components"][0].update(version="1.1"), "alpha==1.1 is not in"),
+        (lambda b: b["components"][1]["hashes"][0].update(content="00" * 32), "beta-pkg's hash"),
+        (lambda b: b["components"].pop(2), "no component for delta"),
+    ],
+)
+def test_check_refuses_an_sbom_that_is_not_the_lock(inputs, tmp_path, edit, message):
+    out = tmp_path / "sbom.json"
+    _write(inputs, out)
+    bom = json.loads(out.read_text())
+    edit(bom)
+    with pytest.raises(ImageError, match=message):
+        sbom.check(json.dumps(bom), inputs[0], "9.9.9", "tpu")
+
+
+def test_the_image_identity_names_the_lock_inside_the_image(inputs):
+    lock, _, _ = inputs
+    ident = build.image_identity("9.9.9", "tpu", lock)
+    assert (ident.lockfile, ident.lock_sha256) == ("/opt/pax/lock.txt", wheels.sha256(lock))
+    assert ident.locked == PINS and ident.python == "3.11"
+
+
+def test_the_pax_wheel_carries_the_release_locks(tmp_path):
+    wheel = build.build_pax_wheel(tmp_path)
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for release in catalog.list_releases():
+        assert f"pax/_releases/{release.version}/cpu.txt" in names
