@@ -262,6 +262,10 @@ def describe(
         if sha256_file(ident.lockfile) != ident.lock_sha256:
             notes.append(f"{ident.lockfile} changed since this environment was built from it")
 
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if ident and ident.python != running:
+        # The same versions under another Python are other wheels: not the env the lock made.
+        notes.append(f"{IDENTITY_FILE} was written for Python {ident.python}; this is {running}")
     rows = differences(have, locked) if locked is not None else None
     if rows == []:
         state, near = "exact", None

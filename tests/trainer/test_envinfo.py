@@ -232,3 +232,10 @@ def test_pax_env_needs_no_jax():
 def test_pax_command_bad_usage_is_exit_2(args, message):
     r = _pax(*args)
     assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_an_identity_for_another_python_is_noted(tmp_path):
+    ident = envinfo.Identity("9.9.9", "cpu", "/nowhere/cpu.txt", "ab" * 32, "3.99", {"jax": "1"})
+    env = envinfo.describe(environ={}, prefix=_prefix(tmp_path, ident), have={"jax": "1"}, locks=())
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert env["notes"] == [f"pax-env.json was written for Python 3.99; this is {running}"]
