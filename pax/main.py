@@ -12,6 +12,8 @@ from absl import app, flags, logging
 
 from pax import envinfo
 from pax.checkpoint.manager import CheckpointError
+from pax.decode import options as decode_options
+from pax.decode import run as decode_run
 from pax.errors import UsageError
 from pax.experiments import overrides, registry
 from pax.parallel import distributed
@@ -31,8 +33,10 @@ _JOB_LOG_DIR = flags.DEFINE_string(
 _MODE = flags.DEFINE_enum(
     "mode",
     "train",
-    ["train", "eval"],
-    "Train (resuming from the newest checkpoint) or evaluate the newest checkpoint.",
+    ["train", "eval", "decode_once", "decode"],
+    "Train (resuming from the newest checkpoint), evaluate the newest checkpoint, decode prompts "
+    "with the newest checkpoint (decode_once), or with each checkpoint as training writes it "
+    "(decode); see pax.decode.",
 )
 _ENABLE_CHECKPOINT_SAVING = flags.DEFINE_bool(
     "enable_checkpoint_saving", True, "Save checkpoints while training."
@@ -89,12 +93,25 @@ def main(argv):
         flag_sets.append(f"PMAP_USE_TENSORSTORE={_PMAP_USE_TENSORSTORE.value}")
     experiment_cls = overrides.apply(registered, _SET.value + flag_sets)
     distributed.initialize(_SERVER_ADDR.value, _NUM_HOSTS.value, _HOST_IDX.value)
-    run = loop.prepare(experiment_cls())
+    decoding = _MODE.value in ("decode_once", "decode")
+    # Decoding reads no training input (a C4 experiment decodes --prompt without its data).
+    run = loop.prepare(experiment_cls(), with_data=not decoding)
+    # Decoding's own checks (checkpoint vs experiment, tokenizer, prompts, sampling) come
+    # before the first log line too.
+    decoder = (
+        decode_run.Decoder(run, _JOB_LOG_DIR.value, decode_options.from_flags())
+        if decoding
+        else None
+    )
     # The run's first log line (once its input is known good: bad input stays one line) names
     # the environment, and says so loudly when it is not exactly a release lock.
     env = envinfo.describe()
     (logging.info if env["state"] == "exact" else logging.warning)("%s", envinfo.summary(env))
-    if _MODE.value == "eval":
+    if _MODE.value == "decode_once":
+        decode_run.decode_once(decoder)
+    elif _MODE.value == "decode":
+        decode_run.follow(decoder)
+    elif _MODE.value == "eval":
         loop.evaluate(run, _JOB_LOG_DIR.value, name)
     else:
         loop.train(run, _JOB_LOG_DIR.value, name, _ENABLE_CHECKPOINT_SAVING.value)

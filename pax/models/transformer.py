@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from pax.experiments.config import ModelConfig
-from pax.models import fp8
+from pax.models import fp8, kv_cache
 from pax.parallel import pipeline, sharding
 
 REMAT_POLICIES = {
@@ -116,6 +116,11 @@ class Attention(_Sharded):
         q, k, v = qkv[:, :, :group], qkv[:, :, group], qkv[:, :, group + 1]
         if c.position_embedding == "rotary":
             q, k = _rotary(q, positions), _rotary(k, positions)
+        k_positions, k_segments = positions, segment_ids
+        if kv_cache.decoding(self):
+            # Keys and values of the tokens fed before come from the cache; this call's join them.
+            segment_ids = kv_cache.default_segments(positions, segment_ids)
+            k, v, k_positions, k_segments = kv_cache.extend(self, k, v, positions, segment_ids)
         queries = (q * dims**-0.5, positions, segment_ids)
 
         def attend(chunk):
@@ -125,15 +130,15 @@ class Attention(_Sharded):
                 k,
                 v,
                 q_positions,
-                positions,
+                k_positions,
                 q_segments,
-                segment_ids,
+                k_segments,
                 c.atten_logit_cap,
                 self.dtype,
             )
 
         size = c.attention_query_chunk
-        if size and size < x.shape[1]:
+        if size and size < x.shape[1] and not kv_cache.decoding(self):
             # Memory-efficient attention: query chunks one at a time, each recomputed in the backward
             # pass, so only a chunk's (heads, chunk, length) scores are ever alive.
             def split(a):
@@ -211,7 +216,9 @@ def stack_layers(kw: dict, num_layers: int, x, positions, segment_ids=None):
     if cfg.use_repeated_layer:
         stack = nn.scan(
             block,
-            variable_axes={c: 0 for c in fp8.LAYER_COLLECTIONS},
+            # Each layer keeps its own slice of every per-layer collection: parameters, FP8
+            # state, and while decoding its key/value cache.
+            variable_axes={c: 0 for c in (*fp8.LAYER_COLLECTIONS, kv_cache.COLLECTION)},
             split_rngs={"params": True},
             in_axes=(nn.broadcast, nn.broadcast),
             length=num_layers,

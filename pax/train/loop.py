@@ -38,10 +38,11 @@ class Run:
     strategy: str  # placement.SPMD, PIPELINE or PMAP
 
 
-def prepare(experiment, devices=None) -> Run:
+def prepare(experiment, devices=None, with_data: bool = True) -> Run:
     """Resolve and validate an experiment; raises UsageError before anything is written.
 
     devices: the devices to build the mesh from (default: all of them).
+    with_data: build the input pipelines (decoding reads none; train_data is then None).
     """
     task, datasets = experiment.task(), experiment.datasets()
     _validate_names(task)
@@ -64,9 +65,10 @@ def prepare(experiment, devices=None) -> Run:
     _validate_pipeline(task, mesh, global_batch // batch_shards)
     train_cfg = next(d for d in datasets if d.is_training)
     vocab = task.model.vocab_size
-    train_data = data.build(train_cfg, vocab)
+    train_data = data.build(train_cfg, vocab) if with_data else None
     if (
-        pmap
+        with_data
+        and pmap
         and not task.train.pmap_use_tensorstore
         and jax.process_count() > 1
         and data.stream(train_data) is not None
@@ -84,7 +86,9 @@ def prepare(experiment, devices=None) -> Run:
         tx=tx,
         lr_schedule=lr_schedule,
         train_data=train_data,
-        eval_data={d.name: data.build(d, vocab) for d in datasets if not d.is_training},
+        eval_data={
+            d.name: data.build(d, vocab) for d in datasets if not d.is_training and with_data
+        },
         global_batch=global_batch,
         strategy=strategy,
     )

@@ -1,0 +1,292 @@
+"""--mode=decode_once and --mode=decode: continuations of prompts from a run's checkpoints.
+
+decode_once decodes the newest checkpoint and prints the continuations; decode follows a
+training run as Pax's decoder job does: it decodes the newest checkpoint, waits for a newer
+one, decodes that, and stops after the checkpoint of the last training step. Both write one
+JSON line per prompt to Pax's place for decoder outputs,
+
+    <job_dir>/decoder_out/<input name>/decoder_out_<step>_shard_<process>.jsonl
+
+(input name: the eval split's data source, or `prompts` for --prompt/--prompts), written under
+a temporary name and renamed, so a file there is complete. --mode=decode skips steps whose file
+exists, so a restarted decoder picks up where it stopped.
+
+Checkpoints are only read: a checkpoint that does not read back (the trainer's retention may
+delete one while it is read) is skipped, never moved, as the trainer owns the directory.
+"""
+
+import dataclasses
+import json
+import os
+import time
+
+import jax
+from absl import logging
+
+from pax.checkpoint.manager import CheckpointError, step_name
+from pax.data import tokenizers
+from pax.decode import prompts as prompts_lib
+from pax.decode.generate import Generator
+from pax.decode.options import Options
+from pax.errors import UsageError
+from pax.train import placement
+from pax.train import state as state_lib
+
+OUT_DIR = "decoder_out"
+# Model settings that change memory or speed, not the parameters or what they compute.
+_SAME_FUNCTION = ("remat_policy", "attention_query_chunk")
+
+
+class NoNewCheckpoint(CheckpointError):
+    """--mode=decode waited longer than --decode_wait_s for a new checkpoint."""
+
+
+def output_path(job_dir: str, name: str, step: int) -> str:
+    return os.path.join(
+        job_dir, OUT_DIR, name, f"decoder_out_{step}_shard_{jax.process_index()}.jsonl"
+    )
+
+
+class Decoder:
+    """Everything that does not change from one checkpoint to the next, checked up front."""
+
+    def __init__(self, run, job_dir: str, options: Options):
+        self.run, self.job_dir, self.options = run, job_dir, options
+        cfg = run.task.model
+        train_data = next(d for d in run.datasets if d.is_training)
+        self.tokenizer = tokenizers.build(train_data.tokenizer_path)
+        _check_against_job(job_dir, run, train_data.tokenizer_path)
+        if self.tokenizer.vocab_size > cfg.vocab_size:
+            raise UsageError(
+                f"the tokenizer has {self.tokenizer.vocab_size} ids but the model's vocabulary "
+                f"has {cfg.vocab_size} (VOCAB_SIZE); decode with the tokenizer it was trained with"
+            )
+        # Ids the tokenizer cannot spell (a vocabulary padded past the tokenizer's) are never
+        # drawn.
+        self.sampling = dataclasses.replace(
+            options.sampling, vocab=self.tokenizer.vocab_size
+        ).check(cfg.vocab_size)
+        if options.max_new_tokens < 1 or options.batch_size < 1:
+            raise UsageError(
+                f"--max_new_tokens ({options.max_new_tokens}) and --decode_batch_size "
+                f"({options.batch_size}) must be at least 1"
+            )
+        texts = list(options.prompts)
+        if options.prompts_file:
+            texts += prompts_lib.read_file(options.prompts_file)
+        if texts:
+            self.name = "prompts"
+        else:
+            decode_set = next(d for d in run.datasets if not d.is_training)
+            self.name = decode_set.source
+            texts = prompts_lib.from_dataset(
+                decode_set, self.tokenizer, options.num_prompts, options.prompt_tokens
+            )
+        if not texts:
+            raise UsageError("no prompts: give --prompt TEXT or --prompts FILE")
+        # C4 packs every document after an EOS token; its models expect one before a prompt.
+        self.prompts = prompts_lib.encode(
+            texts, self.tokenizer, train_data.source == "c4", cfg.max_seq_len
+        )
+        # No row can go past SEQ_LEN + 1 tokens (pax.decode.generate), so neither can the cache.
+        shortest = min(len(p.ids) for p in self.prompts)
+        self.max_new = min(options.max_new_tokens, cfg.max_seq_len + 1 - shortest)
+        # The parameters are read straight into their shardings over the whole mesh (a pmap
+        # run's checkpoint holds one replica: it is read the same way).
+        self.abstract, shardings = state_lib.shardings(run.model, run.tx, run.mesh)
+        self._placement = placement.for_run(run)
+        self.generator = Generator(
+            cfg,
+            run.mesh,
+            state_lib.model_variables(shardings),
+            self.max_new,
+            self.sampling,
+            self.tokenizer.eos_id if options.stop_at_eos else -1,
+        )
+
+    def checkpointer(self):
+        """A fresh view of the checkpoint directory (the trainer may have written since), in
+        the run's checkpoint format."""
+        return self._placement.checkpointer(self.job_dir, saving=False)
+
+    def variables(self, checkpointer, step: int):
+        return state_lib.model_variables(checkpointer.restore(step, self.abstract))
+
+    def decode(self, variables, step: int) -> list[dict]:
+        """One record per prompt, in prompt order."""
+        records = []
+        batches = prompts_lib.batches(
+            self.prompts,
+            self.options.batch_size,
+            self.generator.batch_multiple,
+            self.run.task.model.max_seq_len,
+        )
+        sampling = {k: v for k, v in dataclasses.asdict(self.sampling).items() if k != "vocab"}
+        for indices, batch in batches:
+            out = self.generator(variables, batch, self.options.seed)
+            for row, i in enumerate(indices):
+                prompt = self.prompts[i]
+                new = out.tokens[row, : out.counts[row]]
+                records.append(
+                    {
+                        "step": step,
+                        "index": i,
+                        "prompt": prompt.text,
+                        "completion": prompts_lib.completion_text(self.tokenizer, prompt.ids, new),
+                        "prompt_tokens": int(len(prompt.ids)),
+                        "completion_tokens": int(out.counts[row]),
+                        "stop": out.stops[row],
+                        "sampling": sampling,
+                        "seed": self.options.seed,
+                    }
+                )
+        return records
+
+    def write(self, step: int, records: list[dict]) -> str:
+        path = output_path(self.job_dir, self.name, step)
+        if jax.process_index() == 0:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                for record in records:
+                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            os.replace(path + ".tmp", path)
+        return path
+
+
+def _check_against_job(job_dir: str, run, tokenizer_path) -> None:
+    """The experiment must be the one that trained the run (its config.json), so that the
+    checkpoint's parameters mean what the decoder computes with them."""
+    path = os.path.join(job_dir, "config.json")
+    if not os.path.isfile(path):
+        return  # a checkpoint copied without its config: the restore's shape check remains
+    with open(path, encoding="utf-8") as f:
+        written = json.load(f)
+    trained = written.get("task", {}).get("model", {})
+    now = dataclasses.asdict(run.task.model)
+    differ = sorted(
+        k for k in now if k in trained and k not in _SAME_FUNCTION and trained[k] != now[k]
+    )
+    if differ:
+        shown = ", ".join(f"{k} {trained[k]!r} (now {now[k]!r})" for k in differ[:4])
+        raise UsageError(
+            f"{path}: the run was trained with {shown}; decode with the --exp and --set it was "
+            "trained with"
+        )
+    trained_tokenizer = next(
+        (d.get("tokenizer_path") for d in written.get("datasets", []) if d.get("is_training")),
+        tokenizer_path,
+    )
+    if _describe(trained_tokenizer) != _describe(tokenizer_path):
+        raise UsageError(
+            f"the run was trained with {_describe(trained_tokenizer)} tokens ({path}), decoding "
+            f"would use {_describe(tokenizer_path)} ones; set TOKENIZER_PATH to the model it was "
+            "trained with"
+        )
+
+
+def _describe(tokenizer_path) -> str:
+    if tokenizer_path is None:
+        return "byte-level"
+    return f"SentencePiece {os.path.basename(tokenizer_path)}"
+
+
+def decode_once(decoder: Decoder) -> list[dict]:
+    """Decodes the newest checkpoint that reads back, prints and writes the continuations."""
+    checkpointer = decoder.checkpointer()
+    try:
+        steps = sorted(checkpointer.all_steps(), reverse=True) if _has_dir(checkpointer) else []
+        if not steps:
+            raise UsageError(
+                f"no checkpoint in {checkpointer.directory}; train first (--mode=train) or point "
+                "--job_log_dir at a run that has one"
+            )
+        for step in steps:
+            try:
+                variables = decoder.variables(checkpointer, step)
+                break
+            except UsageError:
+                raise
+            except Exception as e:  # orbax/tensorstore/msgpack raise many types for bad files
+                logging.warning(
+                    "%s does not read back (%s: %s)",
+                    step_name(step),
+                    type(e).__name__,
+                    str(e).splitlines()[0][:200] if str(e) else "",
+                )
+        else:
+            raise CheckpointError(f"no checkpoint in {checkpointer.directory} reads back")
+    finally:
+        checkpointer.close()
+    records = decoder.decode(variables, step)
+    path = decoder.write(step, records)
+    if jax.process_index() == 0:
+        print(_show(records, step, decoder.sampling.method, path), flush=True)
+    return records
+
+
+def _has_dir(checkpointer) -> bool:
+    return os.path.isdir(checkpointer.directory)
+
+
+def _show(records: list[dict], step: int, method: str, path: str) -> str:
+    lines = [f"{step_name(step)}, {method}: {len(records)} prompt(s) -> {path}"]
+    for r in records:
+        lines += [
+            f"--- prompt {r['index']} ({r['prompt_tokens']} tokens)",
+            r["prompt"],
+            f"--- completion ({r['completion_tokens']} tokens, stop: {r['stop']})",
+            r["completion"],
+        ]
+    return "\n".join(lines)
+
+
+def follow(decoder: Decoder, clock=time.monotonic, sleep=time.sleep) -> list[int]:
+    """--mode=decode: decodes the newest checkpoint, then each newer one as it appears, until
+    the one at NUM_TRAIN_STEPS; returns the steps decoded (or found decoded before)."""
+    total = decoder.run.task.train.num_train_steps
+    options = decoder.options
+    decoded, last, waiting_since = [], -1, clock()
+    while last < total:
+        checkpointer = decoder.checkpointer()
+        try:
+            steps = (
+                [s for s in checkpointer.all_steps() if s > last] if _has_dir(checkpointer) else []
+            )
+            if steps:
+                step = max(steps)  # as Pax: the newest, skipping any a slow decoder missed
+                path = output_path(decoder.job_dir, decoder.name, step)
+                if os.path.isfile(path):
+                    logging.info("%s: decoded before (%s)", step_name(step), path)
+                else:
+                    try:
+                        variables = decoder.variables(checkpointer, step)
+                    except UsageError:
+                        raise
+                    except Exception as e:  # deleted by retention while read, or damaged
+                        logging.warning(
+                            "%s does not read back (%s); waiting for the next",
+                            step_name(step),
+                            type(e).__name__,
+                        )
+                        last = step
+                        continue
+                    path = decoder.write(step, decoder.decode(variables, step))
+                    logging.info(
+                        "%s: %d prompt(s) decoded -> %s",
+                        step_name(step),
+                        len(decoder.prompts),
+                        path,
+                    )
+                decoded.append(step)
+                last, waiting_since = step, clock()
+                continue
+        finally:
+            checkpointer.close()
+        if options.wait_s and clock() - waiting_since > options.wait_s:
+            after = f"after {step_name(last)}" if last >= 0 else "at all"
+            raise NoNewCheckpoint(
+                f"no new checkpoint in {decoder.job_dir}/checkpoints {after} for "
+                f"{options.wait_s:g} s (--decode_wait_s); the trainer may have stopped"
+            )
+        sleep(options.poll_s)
+    return decoded

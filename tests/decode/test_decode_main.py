@@ -1,0 +1,191 @@
+"""`python -m pax.main --mode=decode_once|decode` end to end, and its bad-input contract."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import jax
+import pytest
+
+from pax.train import loop
+from tests.trainer.helpers import Tiny
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# tests.trainer.helpers.Tiny as --set overrides of the registered tiny experiment.
+TINY = [
+    "--exp=LmCloudSpmdTiny",
+    "--set=NUM_LAYERS=2",
+    "--set=MODEL_DIMS=64",
+    "--set=HIDDEN_DIMS=128",
+    "--set=SEQ_LEN=32",
+]
+SHORT_RUN = [
+    "--set=PERCORE_BATCH_SIZE=8",
+    "--set=SUMMARY_EVERY_N_STEPS=3",
+    "--set=EVAL_EVERY_N_STEPS=3",
+    "--set=EVAL_NUM_BATCHES=1",
+    "--set=CHECKPOINT_EVERY_N_STEPS=3",
+    "--set=NUM_TRAIN_STEPS=6",
+]
+
+
+def _main(*args, wait=True):
+    env = {
+        **os.environ,
+        "PYTHONPATH": ROOT,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+    }
+    command = [sys.executable, "-m", "pax.main", *args]
+    if not wait:
+        return subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+        )
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Tiny trained 6 steps on one device: checkpoints at steps 3 and 6."""
+    job = tmp_path_factory.mktemp("decode") / "job"
+    loop.train(loop.prepare(Tiny(), devices=jax.devices()[:1]), str(job), "tests.Tiny")
+    return job
+
+
+@pytest.fixture
+def job(trained, tmp_path):
+    """A copy of the trained job directory, for a test to write its decoder outputs into."""
+    return shutil.copytree(trained, tmp_path / "job")
+
+
+def _records(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_decode_once_prints_and_writes_continuations(job):
+    result = _main(
+        *TINY,
+        f"--job_log_dir={job}",
+        "--mode=decode_once",
+        "--prompt=The list",
+        "--prompt=Dictionaries are mutable",
+        "--max_new_tokens=5",
+    )
+    assert result.returncode == 0, result.stderr
+    out = job / "decoder_out" / "prompts" / "decoder_out_6_shard_0.jsonl"
+    assert result.stdout.startswith(f"checkpoint_00000006, greedy: 2 prompt(s) -> {out}")
+    records = _records(out)
+    assert [r["prompt"] for r in records] == ["The list", "Dictionaries are mutable"]
+    for r in records:
+        assert r["step"] == 6 and r["prompt_tokens"] == len(r["prompt"])
+        assert r["completion_tokens"] == 5 and r["stop"] == "max_new_tokens"
+        assert r["sampling"] == {"method": "greedy", "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+        assert r["completion"] in result.stdout
+
+
+def test_decode_once_samples_the_experiments_decode_set(job, tmp_path):
+    args = [*TINY, f"--job_log_dir={job}", "--mode=decode_once", "--num_prompts=3"]
+    args += ["--max_new_tokens=6", "--sampling=sample", "--top_k=20", "--decode_seed=5"]
+    first = _main(*args)
+    assert first.returncode == 0, first.stderr
+    path = job / "decoder_out" / "embedded" / "decoder_out_6_shard_0.jsonl"
+    records = _records(path)
+    assert len(records) == 3 and all(r["completion_tokens"] == 6 for r in records)
+    assert records[0]["sampling"]["top_k"] == 20 and records[0]["seed"] == 5
+    # The same seed draws the same tokens; the file is rewritten whole.
+    assert _main(*args).returncode == 0
+    assert _records(path) == records
+
+
+def test_decode_follows_checkpoints_as_training_writes_them(tmp_path):
+    job = tmp_path / "job"
+    follower = _main(
+        *TINY,
+        *SHORT_RUN,
+        f"--job_log_dir={job}",
+        "--mode=decode",
+        "--prompt=Tuples",
+        "--max_new_tokens=3",
+        "--decode_poll_s=0.2",
+        "--decode_wait_s=300",
+        wait=False,
+    )
+    try:
+        first = _main(*TINY, *SHORT_RUN, "--set=NUM_TRAIN_STEPS=3", f"--job_log_dir={job}")
+        assert first.returncode == 0, first.stderr
+        out = job / "decoder_out" / "prompts"
+        deadline = time.monotonic() + 300
+        while not (out / "decoder_out_3_shard_0.jsonl").exists():
+            assert follower.poll() is None, follower.communicate()
+            assert time.monotonic() < deadline, "step 3 was not decoded"
+            time.sleep(0.5)
+        second = _main(*TINY, *SHORT_RUN, f"--job_log_dir={job}")  # resumes to step 6
+        assert second.returncode == 0, second.stderr
+        _, stderr = follower.communicate(timeout=300)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0, stderr
+    # Step 6 is NUM_TRAIN_STEPS: the follower stops after it.
+    assert sorted(os.listdir(out)) == ["decoder_out_3_shard_0.jsonl", "decoder_out_6_shard_0.jsonl"]
+    assert _records(out / "decoder_out_6_shard_0.jsonl")[0]["step"] == 6
+
+
+def test_decode_skips_what_it_decoded_before_and_stops_at_the_last_step(job):
+    args = [*TINY, *SHORT_RUN, f"--job_log_dir={job}", "--mode=decode", "--prompt=x"]
+    args += ["--max_new_tokens=2", "--decode_poll_s=0.1"]
+    assert _main(*args).returncode == 0
+    out = job / "decoder_out" / "prompts" / "decoder_out_6_shard_0.jsonl"
+    written = out.stat().st_mtime_ns
+    again = _main(*args)
+    assert again.returncode == 0 and "decoded before" in again.stderr
+    assert out.stat().st_mtime_ns == written
+
+
+def test_decode_gives_up_waiting_after_decode_wait_s(tmp_path):
+    result = _main(
+        *TINY,
+        f"--job_log_dir={tmp_path / 'job'}",
+        "--mode=decode",
+        "--prompt=x",
+        "--decode_poll_s=0.1",
+        "--decode_wait_s=0.5",
+    )
+    assert result.returncode == 1
+    assert "no new checkpoint in" in result.stderr and "--decode_wait_s" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--prompt=" + "x" * 33], "prompt 0 is 33 tokens, longer than SEQ_LEN=32"),
+        (["--set=VOCAB_SIZE=300"], "trained with vocab_size 256 (now 300)"),
+        (["--set=ACTIVATION='relu'"], "activation 'gelu' (now 'relu')"),
+        (["--set=USE_REPEATED_LAYER=False"], "use_repeated_layer True (now False)"),
+        (["--sampling=beam"], "value should be one of"),
+        (["--sampling=sample", "--temperature=0"], "temperature 0.0 must be > 0"),
+        (["--top_p=1.5"], "top_p 1.5 must be in (0, 1]"),
+        (["--top_k=1000"], "top_k 1000 must be in 0..256"),
+        (["--max_new_tokens=0"], "--max_new_tokens (0)"),
+        (["--prompts=/nonexistent/prompts.txt"], "no such file"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(job, args, message):
+    result = _main(*TINY, f"--job_log_dir={job}", "--mode=decode_once", *args)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("pax: error: ") and message in lines[0], lines[0]
+    assert not (job / "decoder_out").exists()
+
+
+def test_no_checkpoint_is_a_usage_error_and_creates_nothing(tmp_path):
+    job = tmp_path / "job"
+    result = _main(*TINY, f"--job_log_dir={job}", "--mode=decode_once", "--prompt=x")
+    assert result.returncode == 2, result.stderr
+    assert f"no checkpoint in {job}/checkpoints; train first" in result.stderr
+    assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1
+    assert not job.exists()
