@@ -99,7 +99,9 @@ def main(argv):
     # Decoding's own checks (checkpoint vs experiment, tokenizer, prompts, sampling) come
     # before the first log line too.
     decoder = (
-        decode_run.Decoder(run, _JOB_LOG_DIR.value, decode_options.from_flags())
+        decode_run.Decoder(
+            run, _JOB_LOG_DIR.value, decode_options.from_flags(), _MODE.value == "decode_once"
+        )
         if decoding
         else None
     )

@@ -13,7 +13,17 @@ from pathlib import Path
 import pytest
 
 PAX = Path(__file__).resolve().parents[1] / "pax"
-TRAINER = {"experiments", "tasks", "models", "parallel", "optim", "data", "train", "checkpoint"}
+TRAINER = {
+    "experiments",
+    "tasks",
+    "models",
+    "parallel",
+    "optim",
+    "data",
+    "train",
+    "checkpoint",
+    "decode",
+}
 DISTRIBUTION = {"releases", "environments", "images", "bisect", "launch"}
 TOOLS = {"tools"}
 ML = {"jax", "jaxlib", "flax", "optax", "orbax", "numpy", "tensorstore", "grain"}

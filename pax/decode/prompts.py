@@ -18,6 +18,8 @@ import re
 
 import numpy as np
 
+from pax.data.corpus import embedded_text
+from pax.data.sources import EVAL_FRACTION
 from pax.decode.generate import Prompts
 from pax.errors import UsageError
 from pax.experiments.config import DatasetConfig
@@ -57,8 +59,6 @@ def read_file(path: str) -> list[str]:
 def from_dataset(config: DatasetConfig, tokenizer, count: int, length: int) -> list[str]:
     """`count` prompt texts from a dataset's documents, each about `length` tokens long."""
     if config.source == "embedded":
-        from pax.data.sources import EVAL_FRACTION, embedded_text  # noqa: PLC0415
-
         text = embedded_text()
         held_out = text[int(len(text) * (1 - EVAL_FRACTION)) :]
         # The held-out text is reference documentation: headings, grammar rules and tables
@@ -67,7 +67,7 @@ def from_dataset(config: DatasetConfig, tokenizer, count: int, length: int) -> l
         docs = [p for p in held_out.split("\n\n") if _PROSE.match(p)]
         docs = [docs[i * len(docs) // count] for i in range(min(count, len(docs)))]
     elif config.source == "c4":
-        from pax.data import c4  # noqa: PLC0415
+        from pax.data import c4  # noqa: PLC0415  (grain: the C4 path only)
 
         docs = []
         for shard in c4.list_shards(config.data_dir, "validation"):

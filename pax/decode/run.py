@@ -50,7 +50,9 @@ def output_path(job_dir: str, name: str, step: int) -> str:
 class Decoder:
     """Everything that does not change from one checkpoint to the next, checked up front."""
 
-    def __init__(self, run, job_dir: str, options: Options):
+    def __init__(self, run, job_dir: str, options: Options, need_checkpoint: bool = False):
+        """need_checkpoint: a job directory without a checkpoint is a usage error (decode_once;
+        --mode=decode waits for one instead)."""
         self.run, self.job_dir, self.options = run, job_dir, options
         cfg = run.task.model
         train_data = next(d for d in run.datasets if d.is_training)
@@ -103,6 +105,16 @@ class Decoder:
             self.sampling,
             self.tokenizer.eos_id if options.stop_at_eos else -1,
         )
+        if need_checkpoint:
+            checkpointer = self.checkpointer()
+            try:
+                if not (_has_dir(checkpointer) and checkpointer.all_steps()):
+                    raise UsageError(
+                        f"no checkpoint in {checkpointer.directory}; train first (--mode=train) "
+                        "or point --job_log_dir at a run that has one"
+                    )
+            finally:
+                checkpointer.close()
 
     def checkpointer(self):
         """A fresh view of the checkpoint directory (the trainer may have written since), in
@@ -195,11 +207,6 @@ def decode_once(decoder: Decoder) -> list[dict]:
     checkpointer = decoder.checkpointer()
     try:
         steps = sorted(checkpointer.all_steps(), reverse=True) if _has_dir(checkpointer) else []
-        if not steps:
-            raise UsageError(
-                f"no checkpoint in {checkpointer.directory}; train first (--mode=train) or point "
-                "--job_log_dir at a run that has one"
-            )
         for step in steps:
             try:
                 variables = decoder.variables(checkpointer, step)

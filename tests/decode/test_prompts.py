@@ -66,7 +66,8 @@ def test_completion_text_joins_a_character_split_across_the_boundary():
 
 
 def test_embedded_decode_set_is_sentences_from_held_out_text():
-    from pax.data.sources import EVAL_FRACTION, embedded_text
+    from pax.data.corpus import embedded_text
+    from pax.data.sources import EVAL_FRACTION
 
     config = DatasetConfig("embedded", "embedded", False, 128, 0)
     texts = prompts_lib.from_dataset(config, BYTES, 4, 32)
