@@ -16,6 +16,12 @@ from pax.errors import UsageError
 from pax.experiments.config import DatasetConfig
 
 EVAL_FRACTION = 0.1  # the embedded corpus's last 10% is held out
+# The embedded eval split's windows are one fixed draw, whatever SEED is: every run is scored
+# on the same text, as Pax scores a fixed test split, so two seeds' eval losses differ by
+# their models alone. Drawn per seed, the windows added a sampling spread of their own: the
+# tiny run's final model scored 1.61 to 1.76 on four seeds' windows, a std of 0.07 against
+# a seed-to-seed std of about 0.12, blunting the reference verdict's eval checks.
+EVAL_WINDOWS_SEED = 0
 
 
 class WindowDataset:
@@ -69,8 +75,7 @@ def build(config: DatasetConfig, vocab_size: int):
         tokens = tokenizer.encode(embedded_text())
         split = int(len(tokens) * (1 - EVAL_FRACTION))
         tokens = tokens[:split] if config.is_training else tokens[split:]
-        # Eval windows use a different stream of indices than training ones.
-        seed = config.seed if config.is_training else config.seed + 1
+        seed = config.seed if config.is_training else EVAL_WINDOWS_SEED
         return WindowDataset(tokens, config.seq_len, seed)
     if config.source == "synthetic":
         return SyntheticDataset(

@@ -59,7 +59,7 @@ def _usage(message: str) -> int:
     return EXIT_USAGE
 
 
-def _patch_no_final_norm(hits: list) -> str:
+def _patch_no_final_norm(hits: list, set_attr) -> str:
     from pax.models import transformer
 
     original = transformer._Sharded.norm
@@ -70,11 +70,11 @@ def _patch_no_final_norm(hits: list) -> str:
             return lambda x: x
         return original(self, name)
 
-    transformer._Sharded.norm = norm
+    set_attr(transformer._Sharded, "norm", norm)
     return "patched pax.models.transformer: the module named final_norm is the identity"
 
 
-def _patch_labels_shifted(hits: list) -> str:
+def _patch_labels_shifted(hits: list, set_attr) -> str:
     import jax.numpy as jnp
 
     from pax.train import step
@@ -89,21 +89,22 @@ def _patch_labels_shifted(hits: list) -> str:
         weights = weights.at[:, -1].set(0)
         return original(logits, targets, weights)
 
-    step.lm_loss = lm_loss
+    set_attr(step, "lm_loss", lm_loss)
     return "patched pax.train.step.lm_loss: targets shifted one position left"
 
 
-def arguments(fault: str, argv: list[str], hits: list) -> tuple[list[str], str]:
-    """(extra pax.main flags, how) for `fault`; patches are applied here."""
+def arguments(fault: str, argv: list[str], hits: list, set_attr=setattr) -> tuple[list[str], str]:
+    """(extra pax.main flags, how) for `fault`; patches are applied here, through set_attr
+    (a test passes pytest's monkeypatch.setattr to have them undone)."""
     if fault == "lr_x10":
-        lr = _hyper_parameter(argv, "LEARNING_RATE")
-        return [f"--set=LEARNING_RATE={10 * lr!r}"], f"--set=LEARNING_RATE={10 * lr!r}"
+        flag = f"--set=LEARNING_RATE={10 * _hyper_parameter(argv, 'LEARNING_RATE'):.6g}"
+        return [flag], flag
     if fault == "no_warmup":
         return ["--set=LR_WARMUP_STEPS=0"], "--set=LR_WARMUP_STEPS=0"
     if fault == "no_final_norm":
-        return [], _patch_no_final_norm(hits)
+        return [], _patch_no_final_norm(hits, set_attr)
     if fault == "labels_shifted":
-        return [], _patch_labels_shifted(hits)
+        return [], _patch_labels_shifted(hits, set_attr)
     raise KeyError(fault)
 
 

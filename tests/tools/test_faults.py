@@ -1,0 +1,116 @@
+"""pax.tools.faults: each fault really breaks what it says, and nothing else."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from pax.models import transformer
+from pax.tools import faults
+from pax.train import step
+from tests.trainer.helpers import Tiny
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _params(cfg):
+    tokens = jnp.zeros((1, cfg.max_seq_len), jnp.int32)
+    return transformer.TransformerLm(cfg).init(jax.random.key(0), tokens)["params"]
+
+
+def test_no_final_norm_drops_that_norm_only(monkeypatch):
+    cfg = Tiny().task().model
+    healthy = _params(cfg)
+    hits = []
+    flags, how = faults.arguments("no_final_norm", [], hits, monkeypatch.setattr)
+    broken = _params(cfg)
+    assert flags == [] and "final_norm" in how and hits
+    assert "final_norm" in healthy and "final_norm" not in broken
+    assert set(healthy) - set(broken) == {"final_norm"}
+
+
+def test_labels_shifted_trains_on_the_token_two_ahead(monkeypatch):
+    original = step.lm_loss
+    faults.arguments("labels_shifted", [], [], monkeypatch.setattr)
+    logits = jax.random.normal(jax.random.key(0), (2, 5, 7))
+    targets = jnp.array([[1, 2, 3, 4, 5], [6, 5, 4, 3, 2]])
+    weights = jnp.ones((2, 5))
+    loss, metrics = step.lm_loss(logits, targets, weights)
+    expected, _ = original(
+        logits,
+        jnp.array([[2, 3, 4, 5, 5], [5, 4, 3, 2, 2]]),
+        jnp.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 0]], jnp.float32),
+    )
+    assert loss == pytest.approx(float(expected)) and metrics["num_tokens"] == 8
+
+
+def test_config_faults_are_set_overrides():
+    argv = ["--exp=tasks.lm.params.lm_cloud.LmCloudSpmdTiny"]
+    assert faults.arguments("lr_x10", argv, [])[0] == ["--set=LEARNING_RATE=0.03"]
+    assert faults.arguments("lr_x10", [*argv, "--set=LEARNING_RATE=0.002"], [])[0] == [
+        "--set=LEARNING_RATE=0.02"
+    ]
+    assert faults.arguments("no_warmup", argv, [])[0] == ["--set=LR_WARMUP_STEPS=0"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "name one fault with --fault=NAME"),
+        (["--fault=slow", "--job_log_dir=x"], "one of lr_x10, no_warmup"),
+        (["--fault=lr_x10"], "--job_log_dir is required"),
+    ],
+)
+def test_bad_input_one_line_exit_2(argv, message, capsys):
+    assert faults.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_a_broken_run_end_to_end(tmp_path):
+    """A few steps of the real trainer with the norm patched: the run trains, its config is
+    the healthy one's, and fault.json says what was broken."""
+    job = tmp_path / "job"
+    small = [
+        "NUM_LAYERS=1",
+        "MODEL_DIMS=32",
+        "HIDDEN_DIMS=64",
+        "SEQ_LEN=16",
+        "PERCORE_BATCH_SIZE=2",
+        "NUM_TRAIN_STEPS=2",
+        "EVAL_EVERY_N_STEPS=2",
+        "EVAL_NUM_BATCHES=1",
+        "CHECKPOINT_EVERY_N_STEPS=100",
+    ]
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pax.tools.faults",
+            "--fault=no_final_norm",
+            "--exp=tasks.lm.params.lm_cloud.LmCloudSpmdTiny",
+            f"--job_log_dir={job}",
+            *[f"--set={s}" for s in small],
+        ],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "PYTHONPATH": ROOT,
+            "JAX_PLATFORMS": "cpu",
+            "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    fault = json.loads((job / "fault.json").read_text())
+    assert fault["name"] == "no_final_norm" and "identity" in fault["how"]
+    config = json.loads((job / "config.json").read_text())
+    assert config["experiment"] == "tasks.lm.params.lm_cloud.LmCloudSpmdTiny"
+    rows = [json.loads(x) for x in (job / "metrics.jsonl").read_text().splitlines()]
+    assert {r["split"] for r in rows} == {"train", "eval_test_embedded"}
