@@ -109,13 +109,13 @@ def _tail_lines(text: str, n: int = 8) -> list[str]:
     return (text or "").rstrip().splitlines()[-n:]
 
 
-def _judged(run: Run, state, title: str) -> str:
-    steps = run.trials.history.get(state, [])
+def _judged(run: Run, state, title: str, verdict: str) -> str:
+    """`on GOOD: BAD (step 7: 0/5 passed, step 8: 0/5 passed)`: a claim and its evidence."""
+    steps = run.trials.history.get(state, []) if run.trials else []
     if not steps:
         return f"{title}: not judged"
-    verdict = steps[-1].verdict if len({s.verdict for s in steps}) == 1 else "contested"
-    votes = ", ".join(f"step {s.number} {s.verdict} {s.tally() or s.reason}" for s in steps)
-    return f"{title}: {verdict.upper()} ({votes})"
+    evidence = ", ".join(f"step {s.number}: {s.tally() or s.reason}" for s in steps)
+    return f"{title}: {verdict.upper()} ({evidence})"
 
 
 def _culprit_lines(run: Run) -> list[str]:
@@ -136,8 +136,8 @@ def _culprit_lines(run: Run) -> list[str]:
             )
     culprit = frozenset(outcome.culprit)
     every = frozenset(range(len(run.groups)))
-    lines.append("  " + _judged(run, culprit, "on GOOD"))
-    lines.append("  " + _judged(run, every - culprit, "BAD without it"))
+    lines.append("  " + _judged(run, culprit, "on GOOD", outcome.alone))
+    lines.append("  " + _judged(run, every - culprit, "BAD without it", outcome.without))
     if outcome.detail and outcome.status == "found":
         lines.append(f"  note: {outcome.detail}")
     walk = run.versions
@@ -227,7 +227,8 @@ def format_report(run: Run) -> str:
     head = verdict_line(run)
     lines = [head, f"GOOD     {run.good}", f"BAD      {run.bad}"]
     lines.append(f"COMMAND  {shlex.join(run.command)}")
-    lines.append(f"rule     {run.rule.describe()}")
+    flags = run.rule.flags()
+    lines.append(f"rule     {run.rule.describe()}" + (f" ({flags})" if flags else ""))
     if run.groups:
         changes = sum(len(g.changes) for g in run.groups)
         lines.append(f"changes  {changes} package(s) in {len(run.groups)} group(s)")

@@ -76,6 +76,15 @@ class Rule:
             f"{self.runs - self.passes + 1} fail"
         )
 
+    def flags(self) -> str:
+        """The command-line options that give this rule."""
+        if self == FLAKY:
+            return "--flaky"
+        return " ".join(
+            [f"--retries {self.runs - 1}"] * (self.runs > 1)
+            + [f"--passes {self.passes}"] * (self.passes > 1)
+        )
+
     def as_json(self) -> dict:
         return {"runs": self.runs, "passes": self.passes, "describe": self.describe()}
 

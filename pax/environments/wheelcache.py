@@ -59,7 +59,7 @@ def _tail(text: str, lines: int = 3) -> str:
 class Problem:
     """A pin whose wheel cannot be had; `message` is one line that names the fix."""
 
-    kind: str  # "hash mismatch" | "no wheel" | "unreachable"
+    kind: str  # "hash mismatch" | "no wheel" | "unusable" (pip refuses it) | "unreachable"
     pin: str  # name==version ("" for a source that does not answer)
     message: str
     file: str = ""  # hash mismatch: the file the index served ...
@@ -267,7 +267,7 @@ class WheelCache:
                         for pin in remaining:
                             one = self._download([pin], incoming, verify=False)
                             if one.returncode != 0:
-                                problems[pin] = self._no_wheel(pin, one.stderr + one.stdout)
+                                problems[pin] = self._unfetchable(pin, one.stderr + one.stdout)
                         break
                     problems[named] = self._no_wheel(named, text)
                     remaining.remove(named)
@@ -299,6 +299,15 @@ class WheelCache:
             if twin is not None and problems[twin].kind == "no wheel":
                 problems.setdefault(pin, problems[twin])
         return problems
+
+    def _unfetchable(self, pin: Pin, pip_text: str) -> Problem:
+        if _NO_MATCH_RE.search(pip_text):
+            return self._no_wheel(pin, pip_text)
+        return Problem(
+            "unusable",
+            _key(pin),
+            f"{_key(pin)}: pip cannot fetch it from {self.where()}: {_pip_errors(pip_text, 1)}",
+        )
 
     def _no_wheel(self, pin: Pin, pip_text: str) -> Problem:
         versions = _FROM_VERSIONS_RE.search(pip_text)

@@ -161,6 +161,27 @@ def test_flaky_command_end_to_end(tmp_path, index, cache, monkeypatch, capsys):
     assert "[warning: COMMAND is flaky: mixed votes in" in err[0]
 
 
+def test_two_breaking_changes_give_no_confirmed_culprit(tmp_path, index, cache, capsys):
+    """p13 1.1 and z02 2 each break COMMAND: p13 is found first and fails alone on GOOD, but
+    BAD without it still fails. Reverting it would not fix BAD, so it is no confirmed culprit."""
+    good, bad = {"p13": "1.0", "q00": "1.0", "z02": "1"}, {"p13": "1.1", "q00": "2.0", "z02": "2"}
+    rc, report, text = run_bisect(tmp_path, index, cache, good, bad)
+    assert rc == 1 and report["status"] == "partial" and not report["confirmed"]
+    assert culprit_names(report) == ["p13"] and (report["alone"], report["without"]) == (
+        "bad",
+        "bad",
+    )
+    err = capsys.readouterr().err.splitlines()
+    assert (
+        err[0]
+        == err[-1]
+        == (
+            "RESULT   partial: p13 1.0 -> 1.1 breaks COMMAND, but BAD without it still fails: another "
+            "change breaks COMMAND too (bisect again with BAD minus this culprit)"
+        )
+    )
+
+
 def test_versions_names_the_first_bad_release(tmp_path, index, cache):
     good, bad = {"vpkg": "1.0", "q00": "1.0"}, {"vpkg": "2.0", "q00": "1.0"}
     rc, report, text = run_bisect(tmp_path, index, cache, good, bad, "--versions")

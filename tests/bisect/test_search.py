@@ -80,7 +80,8 @@ def test_rule_error_rates_are_binomial_tails(runs, passes, p):
 
 
 def test_flaky_preset_and_bad_rules():
-    assert (FLAKY.runs, FLAKY.passes) == (5, 1)
+    assert (FLAKY.runs, FLAKY.passes, FLAKY.flags()) == (5, 1, "--flaky")
+    assert (Rule().flags(), Rule(3, 2).flags()) == ("", "--retries 2 --passes 2")
     assert FLAKY.good_called_bad(0.3) == pytest.approx(0.3**5)  # 0.24%
     assert rules.percent(0.3**5) == "0.243%"
     # the old rule, a strict majority of 5, calls a 30%-flaky good env bad 16% of the time

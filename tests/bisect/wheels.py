@@ -83,10 +83,13 @@ def build_wheel(
     requires: tuple[str, ...] = (),
     tag: str = "py3-none-any",
     metadata: str = "",
+    extra: dict[str, str] | None = None,
 ) -> Path:
     """A pure-Python wheel holding module `name` (dashes -> underscores) with VERSION and body.
 
-    A `tag` other than py3-none-any (say py2-none-any) makes a wheel no Python 3 installs."""
+    A `tag` other than py3-none-any (say py2-none-any) makes a wheel no Python 3 installs;
+    `extra` adds files (path in the wheel -> text), `{dist}` in a path standing for
+    NAME-VERSION (say `{dist}.dist-info/entry_points.txt`)."""
     module = name.replace("-", "_")
     dist = f"{module}-{version}"
     files = {
@@ -97,6 +100,7 @@ def build_wheel(
         + metadata,  # more METADATA header lines (License-Expression, Classifier, ...)
         f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: pax-tests\n"
         f"Root-Is-Purelib: true\nTag: {tag}\n",
+        **{path.format(dist=dist): text for path, text in (extra or {}).items()},
     }
     record = [
         f"{path},{_record_hash(text.encode())},{len(text.encode())}" for path, text in files.items()
