@@ -171,8 +171,8 @@ class Bisection:
                 if again == GOOD:
                     self.log("the first bad candidate passes when judged again: search on")
                     continue
-                culprit = self._partners(culprit, lo, hi)
-                if v.confirm(culprit, "confirm: culprit set on GOOD") != BAD:
+                found = self._interaction(culprit, lo, hi)
+                if found is None:
                     return Outcome(
                         "unconfirmed",
                         "no set of groups before the first bad candidate breaks COMMAND "
@@ -182,6 +182,7 @@ class Bisection:
                         last_good=prefixes[lo],
                         rounds=round_,
                     )
+                culprit = found
             roles = self._minimize(culprit)
             culprit = frozenset(roles)
             return self._finish(culprit, roles, bool(skipped), prefixes[lo], prefixes[hi], round_)
@@ -191,6 +192,31 @@ class Bisection:
             "flaky for this rule (raise --retries)",
             rounds=self.rounds,
         )
+
+    def _interaction(self, culprit: frozenset, lo: int, hi: int) -> frozenset | None:
+        """The culprit with the partners it needs, confirmed; None when no set holds up.
+
+        When the set found does not fail again, a wrong bad verdict misled the partner search
+        (the set's own, or one the search went by: those are judged again), and the search is
+        redone on the corrected verdicts, until nothing more is overturned."""
+        v = self.verdicts
+        for _ in range(self.rounds):
+            members = self._partners(culprit, lo, hi)
+            if v.confirm(members, "confirm: culprit set on GOOD") == BAD:
+                return members
+            # what the partner search went by: candidates holding the culprit, inside the
+            # first bad prefix, with a single bad verdict
+            suspects = [
+                s
+                for s, seen in v.history.items()
+                if seen == [BAD] and isinstance(s, frozenset) and culprit <= s < prefix(hi)
+            ]
+            overturned = BAD in v.history[members]  # the search stopped on a flake
+            flipped = [s for s in suspects if v.confirm(s, "recheck partner search") != BAD]
+            if not overturned and not flipped:
+                return None
+            self.log("a candidate the partner search went by passes when judged again: redo it")
+        return None
 
     def _partners(self, culprit: frozenset, lo: int, hi: int) -> frozenset:
         """The groups before the culprit it needs to break COMMAND: a search per partner."""
