@@ -35,7 +35,7 @@ from pax.curves.runs import read_metrics
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_EXPERIMENT = "tasks.lm.params.lm_cloud.LmCloudSpmdTiny"
 DEFAULT_SEEDS = "1-10"
-DEFAULT_HELD_OUT = "11-13"
+DEFAULT_HELD_OUT = "11,12,1234"  # 1234: SEED's default, the README's `./noxw -s train` run
 FAULTS = ("lr_x10", "no_warmup", "no_final_norm", "labels_shifted")  # pax.tools.faults's
 FAULT_SEED = 101  # the broken runs' seeds: 101, 102, ...: in neither the band nor held out
 DEFAULT_FAULT_STEPS = 60
@@ -91,17 +91,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _finished(job_dir: Path) -> bool:
-    """A run that reached its last step (config.json's num_train_steps) and wrote its manifest."""
+def _finished(job_dir: Path, steps: int | None = None) -> bool:
+    """A run that reached its last step (config.json's num_train_steps, which must be `steps`
+    when given) and wrote its manifest."""
     try:
         config = json.loads((job_dir / "config.json").read_text())
-        steps = config["task"]["train"]["num_train_steps"]
+        last = config["task"]["train"]["num_train_steps"]
         curves, _ = read_metrics(job_dir / "metrics.jsonl")
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    return (job_dir / "manifest.json").is_file() and steps in curves.get("train", {}).get(
-        "loss", {}
-    )
+    if steps is not None and last != steps:
+        return False
+    return (job_dir / "manifest.json").is_file() and last in curves.get("train", {}).get("loss", {})
 
 
 def record(
@@ -121,11 +122,11 @@ def record(
     python = Path(python)
     env_python = str(python.relative_to(root) if python.is_relative_to(root) else python)
 
-    def train(job: str, module: list[str], flags: list[str], shown: list[str]):
+    def train(job: str, module: list[str], flags: list[str], shown: list[str], steps=None):
         job_dir = base / job
         flags = [f"--exp={experiment}", f"--job_log_dir={job_dir}", *flags]
         wall = None
-        if args.reuse and _finished(root / job_dir):
+        if args.reuse and _finished(root / job_dir, steps):
             log(f"references: {job}: reusing the finished run in {job_dir}")
         else:
             shutil.rmtree(root / job_dir, ignore_errors=True)  # a fresh run, never a resume
@@ -147,7 +148,7 @@ def record(
             f"--set=NUM_TRAIN_STEPS={args.fault_steps}",
         ]
         shown = [env_python, "-m", "pax.tools.faults"]
-        broken.append(train(f"fault-{fault}", ["pax.tools.faults"], flags, shown))
+        broken.append(train(f"fault-{fault}", ["pax.tools.faults"], flags, shown, args.fault_steps))
     recorded_by = shlex.join(
         [
             "./noxw",
