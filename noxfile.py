@@ -305,8 +305,18 @@ def plot(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def compare(session: nox.Session) -> None:
-    """Is a run inside its reference band: `compare -- JOB_DIR [--reference NAME] [--partial]`."""
-    _curves(session, "compare", "JOB_DIR [--reference NAME]")
+    """Judge a run against its reference: `compare -- JOB_DIR [--reference NAME] [--alpha A]
+    [--partial]`; exits as pax.curves compare: 0 inside, 1 outside, 125 cannot judge, 2 bad input."""
+    if not session.posargs:
+        session.error("compare: usage: ./noxw -s compare -- JOB_DIR [--reference NAME]")
+    code = subprocess.call(
+        [sys.executable, "-m", "pax.curves", "compare", *session.posargs],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    if code:
+        session.log(f"compare: exit {code}")
+        # nox turns every failed session into exit 1; scripts and bisect need 1, 2 and 125 apart
+        raise SystemExit(code)
 
 
 @nox.session(venv_backend="none")
