@@ -344,15 +344,23 @@ def main(argv: list[str] | None = None, log=None) -> int:
     log(f"output folder {out}")
     run = Run(out, args.command, args.rule)
     started = time.monotonic()
-    try:
-        _bisect(args, run, out, log)
-    except InputError as err:
-        run.error = str(err)
-    finally:
+
+    def write_report() -> str:
         run.seconds = time.monotonic() - started
         text = format_report(run)
         (out / "report.json").write_text(json.dumps(report_json(run), indent=2) + "\n")
         (out / "report.txt").write_text(text + "\n")
+        return text
+
+    try:
+        _bisect(args, run, out, log)
+    except InputError as err:
+        run.error = str(err)
+    except BaseException as err:  # interrupted, or a bug: the report still says how far it got
+        run.error = "interrupted" if isinstance(err, KeyboardInterrupt) else f"stopped: {err!r}"
+        write_report()
+        raise
+    text = write_report()
     if run.error:
         print(f"bisect: {run.error}", file=sys.stderr, flush=True)
     else:
