@@ -299,4 +299,7 @@ class Trials:
             step.reason = f"COMMAND exited {SKIP_EXIT} (skip)"
         elif step.runs[-1]["cannot_run"]:
             step.reason = step.runs[-1]["cannot_run"]
+        elif len(self.command) == 1 and step.runs[-1]["rc"] in _SHELL_CANNOT:
+            rc = step.runs[-1]["rc"]  # a bad verdict still, but say what the shell said
+            step.reason = f"COMMAND exited {rc}: the shell could not {_SHELL_CANNOT[rc]} a command"
         step.output_tail = step.runs[-1]["tail"]

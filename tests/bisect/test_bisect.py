@@ -284,6 +284,33 @@ def test_command_that_cannot_run(tmp_path, index, cache, capsys):
     assert [s["verdict"] for s in report["steps"]] == ["error"]
 
 
+def test_a_command_the_bad_lock_no_longer_installs(tmp_path, index, cache):
+    """COMMAND is a console script of a package BAD drops: found in GOOD, so no input error;
+    in BAD it is missing, a bad verdict that says why, and the removal is the culprit."""
+    good, bad = {"tool": "1.0", "q00": "1.0"}, {"q00": "2.0"}
+    rc, report, text = run_bisect(tmp_path, index, cache, good, bad, command=["toolcmd", "-v"])
+    assert rc == 0, text
+    assert culprit_names(report) == ["tool"] and report["culprit"][0]["changes"][0]["new"] is None
+    missing = [s for s in report["steps"] if s["verdict"] == "bad"]
+    assert missing and all("COMMAND 'toolcmd' not found" in s["reason"] for s in missing)
+    # through a shell (one word): exit 127, still a bad verdict, with the shell's reason
+    rc, report, text = run_bisect(tmp_path / "sh", index, cache, good, bad, command=["toolcmd"])
+    assert rc == 0, text
+    missing = [s for s in report["steps"] if s["verdict"] == "bad"]
+    assert all("exited 127: the shell could not find a command" in s["reason"] for s in missing)
+
+
+def test_an_interrupted_run_still_writes_its_report(tmp_path, index, cache, monkeypatch):
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(search.Bisection, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_bisect(tmp_path, index, cache, {"q00": "1.0"}, {"q00": "2.0"})
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert (report["status"], report["error"]) == ("error", "interrupted")
+
+
 def test_wheels_that_cannot_be_had(tmp_path, index, capsys):
     """A hash that does not match, a wheel for another platform, an index that does not
     answer: each stops the run before any env is built."""

@@ -56,6 +56,16 @@ PACKAGES = {
     **{
         f"z{i:02d}": {"1": ("", ()), "2": ("BROKEN = True" if i == 2 else "", ())} for i in range(4)
     },
+    # a package that puts a command on PATH (its console script `toolcmd`)
+    "tool": {
+        "1.0": (
+            "def main():\n    print('toolcmd ran')",
+            (),
+            "py3-none-any",
+            "",
+            {"{dist}.dist-info/entry_points.txt": "[console_scripts]\ntoolcmd = tool:main\n"},
+        )
+    },
     # --versions: releases 1.1..1.7 between 1.0 and 2.0; the break comes with 1.6; 1.3 fails
     # pip check, 1.4 has no wheel for Python 3; 1.6rc1 is a pre-release (not walked).
     "vpkg": {
