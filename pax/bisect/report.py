@@ -199,7 +199,7 @@ def _steps_lines(run: Run) -> list[str]:
     warm = [s.build["seconds"] for s in built if s.build["kind"] == "warm"]
     runs = sum(len(s.runs) for s in steps)
     n = len(run.groups)
-    bound = math.ceil(math.log2(n)) + 4 if n > 1 else 3
+    bound = math.ceil(math.log2(n)) + 4
     walked = (run.versions or {}).get("env_builds", 0)
     lines = [
         f"steps    {len(steps)} verdicts, {len(built)} env builds"
