@@ -7,7 +7,7 @@ against it before each use (pax.environments.venv). Sessions themselves get no n
 
   ./noxw -s test  -- [RELEASE] [pytest args]        tests against a release (default: newest)
   ./noxw -s train -- [RELEASE] [PLATFORM] [flags]    tiny LM run; flags go to pax.main
-  ./noxw -s bench -- [RELEASE] [--json FILE]             trainer vs minimal loop, MFU, I/O
+  ./noxw -s bench -- [RELEASE] [--json FILE]      trainer, minimal loop, baseline; MFU, I/O
   ./noxw -s data  -- [RELEASE] sample|spm|inspect ...     C4 shards, SentencePiece, inspection
   ./noxw -s lock  -- RELEASE|nightly|tools [PLATFORM...]   recompile lockfiles
   ./noxw -s env   -- [RELEASE] [PLATFORM] [--json]        the env's identity and drift (pax env)
@@ -266,7 +266,7 @@ def _run_module(session: nox.Session, module: str, default_args: tuple = ()) -> 
 
 @nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
-    """Trainer vs a hand-written loop, peak, checkpoint I/O, input: `bench -- [RELEASE] [--json F]`."""
+    """Trainer, its model in a minimal loop, an independent baseline: `bench -- [RELEASE] [--help]`."""
     _run_module(session, "benchmarks.bench")
 
 

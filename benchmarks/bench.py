@@ -1,7 +1,13 @@
-"""`./noxw -s bench`: the trainer against a hand-written loop, the matmul peak, checkpoint I/O
-and the input pipeline, all measured in one process on this machine.
+"""`./noxw -s bench`: the trainer, its model in a hand-written loop and an independent baseline.
 
-Every figure is the median over repeats, with the spread (min–max) beside it.
+Three loops train the same shapes in one process, an interval of each per round: the trainer
+(pax.train.loop), the project's TransformerLm in a minimal flax + optax loop
+(benchmarks/minimal_loop.py: the framework's cost is trainer / minimal) and a model written
+from scratch without pax (benchmarks/baseline.py: the model's cost is minimal / baseline). The
+matmul peak, checkpoint I/O and the input pipeline are measured in the same run.
+
+Every figure is the median over rounds, with the spread (min–max) beside it; ratios are the
+median of per-round ratios.
 """
 
 import argparse
@@ -15,7 +21,8 @@ import time
 import jax
 import numpy as np
 
-from benchmarks import minimal_loop
+from benchmarks import baseline, minimal_loop
+from benchmarks.table import BENCH_JSON, ROOT, record
 from pax.checkpoint.manager import Checkpointer
 from pax.data.corpus import embedded_text
 from pax.data.sources import WindowDataset
@@ -41,6 +48,20 @@ class BenchLm(LmCloudSpmdTiny):
     EVAL_NUM_BATCHES = 1
 
 
+class LargeBenchLm(BenchLm):
+    """Bigger matmuls, closer to accelerator shapes: 8 layers × 1024 dims, 16 heads, seq 512.
+
+    Batch 2 keeps one step to a few seconds on a 2-core CPU (0.67 TFLOP/step).
+    """
+
+    NUM_LAYERS = 8
+    MODEL_DIMS = 1024
+    HIDDEN_DIMS = 4096
+    NUM_HEADS = 16
+    SEQ_LEN = 512
+    PERCORE_BATCH_SIZE = 2
+
+
 class SmallBenchLm(BenchLm):
     """For the test that keeps the benchmark from rotting: figures, not speed."""
 
@@ -60,7 +81,9 @@ def _stats(values) -> dict:
     }
 
 
-def trainer_step_times(experiment_cls, steps: int, repeats: int, job_dir: str) -> list[float]:
+def trainer_step_times(
+    experiment_cls, steps: int, repeats: int, job_dir: str, on_summary=None
+) -> list[float]:
     """The trainer's own step_time_s, one per summary interval of `steps` steps."""
     exp = type(
         "Bench",
@@ -72,6 +95,7 @@ def trainer_step_times(experiment_cls, steps: int, repeats: int, job_dir: str) -
         job_dir,
         "benchmarks.BenchLm",
         checkpoint_saving=False,
+        on_summary=on_summary,
     )
     with open(os.path.join(job_dir, "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f]
@@ -129,21 +153,78 @@ def input_pipeline_tokens_per_s(experiment_cls, batches: int, repeats: int) -> l
     return rates
 
 
+def baseline_shape(cfg) -> baseline.Shape:
+    """The independent baseline at the trainer's shapes; it covers only what BenchLm uses."""
+    plain = (
+        cfg.num_kv_heads == cfg.num_heads
+        and cfg.num_heads * cfg.dims_per_head == cfg.model_dims
+        and cfg.activation == "gelu"
+        and not cfg.separate_embedding
+        and not cfg.use_fp8
+        and cfg.remat_policy in ("none", "full")
+        and not cfg.attention_query_chunk
+    )
+    if not plain:
+        raise ValueError(f"benchmarks.baseline has no counterpart for {cfg}")
+    return baseline.Shape(
+        vocab=cfg.vocab_size,
+        layers=cfg.num_layers,
+        dims=cfg.model_dims,
+        hidden=cfg.hidden_dims,
+        heads=cfg.num_heads,
+        seq=cfg.max_seq_len,
+        dtype=cfg.activation_dtype,
+        remat=cfg.remat_policy == "full",
+    )
+
+
+def _ratios(numerator, denominator) -> dict:
+    """Per-round ratios: each round's intervals ran back to back, under the same load."""
+    return _stats([n / d for n, d in zip(numerator, denominator)])
+
+
 def measure(experiment_cls, steps: int, repeats: int) -> dict:
+    """Trainer, minimal loop, baseline and matmul peak, one interval each per round.
+
+    The trainer's loop calls back after each summary interval; the callback runs one timed
+    interval of the minimal loop and of the baseline and one peak measurement, so the load of
+    a shared machine falls on all of them alike, and the ratios are taken round by round.
+    """
     task = experiment_cls().task()
     cfg = task.model
-    tokens_per_step = task.train.percore_batch_size * cfg.max_seq_len
-    flops_per_step = mfu.flops_per_step(cfg, task.train.percore_batch_size)
-    peaks = [mfu.measure_matmul_peak(cfg.activation_dtype) for _ in range(repeats)]
-    peak = statistics.median(peaks)
+    batch = task.train.percore_batch_size
+    tokens_per_step = batch * cfg.max_seq_len
+    flops_per_step = mfu.flops_per_step(cfg, batch)
+    load_before = os.getloadavg()
+    data = WindowDataset(ByteTokenizer().encode(embedded_text()), cfg.max_seq_len, seed=0)
+    batches = [data.batch(i, batch) for i in range(8)]
+    minimal_run = minimal_loop.MinimalLoop(cfg, task.optimizer, batches)
+    baseline_run = baseline.Baseline(
+        baseline_shape(cfg),
+        batches,
+        learning_rate=task.optimizer.learning_rate,
+        clip=task.optimizer.clip_gradient_norm_to_value,
+        weight_decay=task.optimizer.weight_decay,
+    )
+    minimal_run.interval(1), baseline_run.interval(1)  # compile before any timing
+    peaks, minimal, independent = [], [], []
+
+    def others(step, values):
+        minimal.append(minimal_run.interval(steps))
+        independent.append(baseline_run.interval(steps))
+        peaks.append(mfu.measure_matmul_peak(cfg.activation_dtype))
+
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = trainer_step_times(experiment_cls, steps, repeats, os.path.join(tmp, "job"))
-        data = WindowDataset(ByteTokenizer().encode(embedded_text()), cfg.max_seq_len, seed=0)
-        batches = [data.batch(i, task.train.percore_batch_size) for i in range(8)]
-        minimal = minimal_loop.run(cfg, task.optimizer, batches, steps, repeats)
+        trainer = trainer_step_times(
+            experiment_cls, steps, repeats, os.path.join(tmp, "job"), others
+        )
         checkpoint = checkpoint_figures(experiment_cls, repeats, os.path.join(tmp, "ckpt"))
     pipeline = input_pipeline_tokens_per_s(experiment_cls, 20, repeats)
-    trainer_s, minimal_s = statistics.median(trainer), statistics.median(minimal)
+    load_after = os.getloadavg()
+    peak = statistics.median(peaks)
+    trainer_s, minimal_s, baseline_s = (
+        statistics.median(t) for t in (trainer, minimal, independent)
+    )
     device = jax.devices()[0]
     return {
         "machine": {
@@ -152,26 +233,36 @@ def measure(experiment_cls, steps: int, repeats: int) -> dict:
             "device": f"{device.platform}: {device.device_kind}",
             "devices_used": 1,
             "jax": jax.__version__,
+            # 1-minute load average before and after: on a shared machine, read the ratios.
+            "load_avg_1m": [round(load_before[0], 2), round(load_after[0], 2)],
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
         },
         "config": {
+            "name": experiment_cls.__name__,
             "layers": cfg.num_layers,
             "model_dims": cfg.model_dims,
             "hidden_dims": cfg.hidden_dims,
             "heads": cfg.num_heads,
             "seq": cfg.max_seq_len,
-            "batch": task.train.percore_batch_size,
+            "batch": batch,
             "dtype": cfg.activation_dtype,
             "flops_per_step": flops_per_step,
+            "steps_per_interval": steps,
         },
         "peak_flops": _stats(peaks)
-        | {"how": f"best of 5 timed 2048x2048 {cfg.activation_dtype} matmuls (jit), per repeat"},
+        | {"how": f"best of 5 timed 2048x2048 {cfg.activation_dtype} matmuls (jit), per round"},
         "trainer_step_s": _stats(trainer),
         "minimal_step_s": _stats(minimal),
-        "trainer_over_minimal": trainer_s / minimal_s,
+        "baseline_step_s": _stats(independent),
+        "trainer_over_minimal": _ratios(trainer, minimal),
+        "minimal_over_baseline": _ratios(minimal, independent),
+        "trainer_over_baseline": _ratios(trainer, independent),
         "trainer_tokens_per_s": tokens_per_step / trainer_s,
         "minimal_tokens_per_s": tokens_per_step / minimal_s,
+        "baseline_tokens_per_s": tokens_per_step / baseline_s,
         "trainer_mfu": flops_per_step / trainer_s / peak,
         "minimal_mfu": flops_per_step / minimal_s / peak,
+        "baseline_mfu": flops_per_step / baseline_s / peak,
         "checkpoint": checkpoint,
         "checkpoint_mb_per_s": checkpoint["bytes"] / checkpoint["sync_save_s"]["median"] / 1e6,
         "plain_write_mb_per_s": checkpoint["bytes"] / checkpoint["plain_write_s"]["median"] / 1e6,
@@ -194,18 +285,31 @@ def _spread(s: dict, scale=1.0, fmt="{:.4g}") -> str:
 def report(r: dict) -> str:
     c = r["config"]
     ck = r["checkpoint"]
+    m = r["machine"]
+
+    def ratio(key):
+        return f"{r[key]['median']:.3f} ({r[key]['min']:.3f}-{r[key]['max']:.3f})"
+
     lines = [
-        f"machine      {r['machine']['device']}, {r['machine']['cpus']} CPUs, 1 device used, "
-        f"jax {r['machine']['jax']}, {r['machine']['platform']}",
-        f"config       {c['layers']} layers x {c['model_dims']} dims, FFN {c['hidden_dims']}, "
-        f"{c['heads']} heads, seq {c['seq']}, batch {c['batch']}, {c['dtype']}; "
-        f"{c['flops_per_step'] / 1e9:.1f} GFLOP/step",
+        f"machine      {m['device']}, {m['cpus']} CPUs, 1 device used, jax {m['jax']}, "
+        f"{m['platform']}; 1-min load average {m['load_avg_1m'][0]} before, "
+        f"{m['load_avg_1m'][1]} after",
+        f"config       {c['name']}: {c['layers']} layers x {c['model_dims']} dims, "
+        f"FFN {c['hidden_dims']}, {c['heads']} heads, seq {c['seq']}, batch {c['batch']}, "
+        f"{c['dtype']}; {c['flops_per_step'] / 1e9:.1f} GFLOP/step; "
+        f"{c['steps_per_interval']} steps per interval, one interval of each loop per round",
         f"peak         {_spread(r['peak_flops'], 1e-9)} GFLOP/s  [{r['peak_flops']['how']}]",
-        f"trainer      step {_spread(r['trainer_step_s'], 1e3)} ms   "
-        f"{r['trainer_tokens_per_s']:.0f} tokens/s   MFU {100 * r['trainer_mfu']:.1f}%",
-        f"minimal      step {_spread(r['minimal_step_s'], 1e3)} ms   "
-        f"{r['minimal_tokens_per_s']:.0f} tokens/s   MFU {100 * r['minimal_mfu']:.1f}%",
-        f"ratio        trainer/minimal step time {r['trainer_over_minimal']:.3f}  (target <= 1.03)",
+    ]
+    for label, key in (("trainer", "trainer"), ("minimal", "minimal"), ("baseline", "baseline")):
+        lines.append(
+            f"{label:13s}step {_spread(r[f'{key}_step_s'], 1e3)} ms   "
+            f"{r[f'{key}_tokens_per_s']:.0f} tokens/s   MFU {100 * r[f'{key}_mfu']:.1f}%"
+        )
+    lines += [
+        f"ratio        step time, median (min-max) of per-round ratios: "
+        f"trainer/baseline {ratio('trainer_over_baseline')} (target <= 1.03); "
+        f"minimal/baseline {ratio('minimal_over_baseline')} (the model); "
+        f"trainer/minimal {ratio('trainer_over_minimal')} (the framework, target <= 1.03)",
         f"checkpoint   {ck['bytes'] / 1e6:.1f} MB: orbax sync save {_spread(ck['sync_save_s'])} s "
         f"= {r['checkpoint_mb_per_s']:.0f} MB/s; plain sequential write+fsync "
         f"{_spread(ck['plain_write_s'])} s = {r['plain_write_mb_per_s']:.0f} MB/s",
@@ -217,18 +321,56 @@ def report(r: dict) -> str:
     return "\n".join(lines)
 
 
+CONFIGS = {"bench": BenchLm, "large": LargeBenchLm, "small": SmallBenchLm}
+
+
+def experiment(config: str, dtype: str):
+    """The named bench config with FPROP_DTYPE `dtype`."""
+    cls = CONFIGS[config]
+    if dtype == cls.FPROP_DTYPE:
+        return cls
+    return type(cls.__name__ + "Bf16", (cls,), {"FPROP_DTYPE": dtype})
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=5, help="steps per timed interval")
-    parser.add_argument("--repeats", type=int, default=5, help="timed intervals / repeats")
-    parser.add_argument("--small", action="store_true", help="a tiny model (for tests)")
+    parser.add_argument("--repeats", type=int, default=5, help="rounds (timed intervals each)")
+    parser.add_argument(
+        "--config",
+        choices=sorted(CONFIGS),
+        default="bench",
+        help="bench: 4 x 512, seq 256 (default); large: 8 x 1024, seq 512; small: tiny, for tests",
+    )
+    parser.add_argument("--small", action="store_true", help="the same as --config small")
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="FPROP_DTYPE (activations) of all three loops",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help=f"also store the figures in {BENCH_JSON.relative_to(ROOT)} (replacing the same "
+        "config and dtype) and rewrite README's performance table from it",
+    )
     args = parser.parse_args(argv)
-    result = measure(SmallBenchLm if args.small else BenchLm, args.steps, args.repeats)
+    if args.steps < 2 or args.repeats < 1:
+        parser.error(
+            "--steps must be >= 2 (the trainer's first interval loses its compile step) "
+            "and --repeats >= 1"
+        )
+    config = "small" if args.small else args.config
+    result = measure(experiment(config, args.dtype), args.steps, args.repeats)
     print(report(result))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
+    if args.record:
+        record(result)
+        print(f"recorded in {BENCH_JSON.relative_to(ROOT)} and README.md")
     return 0
 
 

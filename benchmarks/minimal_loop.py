@@ -2,7 +2,8 @@
 
 Plain flax + optax + one jax.jit with donated state; batches already on device. It uses the
 same TransformerLm and the same optax chain as the trainer so that the math is identical and
-only the framework around the step differs.
+only the framework around the step differs (the model itself is measured against
+benchmarks/baseline.py, which shares no code with pax).
 """
 
 import time
@@ -24,32 +25,37 @@ def adam(opt):
     )
 
 
-def run(model_cfg, opt_cfg, batches, steps_per_interval: int, intervals: int) -> list[float]:
-    """Seconds per step for each timed interval; one untimed step first compiles."""
-    model = TransformerLm(model_cfg)
-    tx = adam(opt_cfg)
-    params = jax.jit(model.init)(jax.random.key(0), batches[0]["inputs"])["params"]
-    opt_state = tx.init(params)
+class MinimalLoop:
+    """Initialized on construction; the first `interval` call also compiles the step.
 
-    def step(params, opt_state, batch):
-        def loss_fn(p):
-            logits = model.apply({"params": p}, batch["inputs"])
-            return lm_loss(logits, batch["targets"], batch["weights"])[0]
+    The same interface as benchmarks.baseline.Baseline, so bench.py interleaves the two.
+    """
 
-        loss, grads = jax.value_and_grad(loss_fn)(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+    def __init__(self, model_cfg, opt_cfg, batches):
+        model = TransformerLm(model_cfg)
+        tx = adam(opt_cfg)
 
-    step = jax.jit(step, donate_argnums=(0, 1))
-    batches = [jax.device_put({k: jnp.asarray(v) for k, v in b.items()}) for b in batches]
-    params, opt_state, loss = step(params, opt_state, batches[0])
-    loss.block_until_ready()
-    times, i = [], 1
-    for _ in range(intervals):
+        def step(params, opt_state, batch):
+            def loss_fn(p):
+                logits = model.apply({"params": p}, batch["inputs"])
+                return lm_loss(logits, batch["targets"], batch["weights"])[0]
+
+            loss, grads = jax.value_and_grad(loss_fn)(params)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, loss
+
+        self.batches = [jax.device_put({k: jnp.asarray(v) for k, v in b.items()}) for b in batches]
+        self.params = jax.jit(model.init)(jax.random.key(0), self.batches[0]["inputs"])["params"]
+        self.opt_state = tx.init(self.params)
+        self.step = jax.jit(step, donate_argnums=(0, 1))
+        self.i = 0
+
+    def interval(self, steps: int) -> float:
+        """Seconds per step over `steps` steps, all dispatched before one wait."""
         start = time.perf_counter()
-        for _ in range(steps_per_interval):
-            params, opt_state, loss = step(params, opt_state, batches[i % len(batches)])
-            i += 1
-        loss.block_until_ready()
-        times.append((time.perf_counter() - start) / steps_per_interval)
-    return times
+        for _ in range(steps):
+            batch = self.batches[self.i % len(self.batches)]
+            self.params, self.opt_state, self.loss = self.step(self.params, self.opt_state, batch)
+            self.i += 1
+        self.loss.block_until_ready()
+        return (time.perf_counter() - start) / steps

@@ -241,8 +241,17 @@ class _StepTimer:
             self.start, self.steps = time.perf_counter(), 0
 
 
-def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool = True) -> dict:
+def train(
+    run: Run,
+    job_dir: str,
+    experiment_name: str,
+    checkpoint_saving: bool = True,
+    on_summary=None,
+) -> dict:
     """Train to NUM_TRAIN_STEPS, resuming from the newest good checkpoint in job_dir.
+
+    on_summary(step, values), if given, runs after each train summary and is not counted in the
+    next step time (benchmarks/bench.py interleaves other loops with the trainer's this way).
 
     Returns the last train metrics. Raises Preempted after saving on SIGTERM/SIGINT,
     NonFiniteError (NAN_POLICY=stop) and CheckpointError (a save failed).
@@ -315,6 +324,9 @@ def train(run: Run, job_dir: str, experiment_name: str, checkpoint_saving: bool 
                     if summaries.enabled:
                         summaries_lib.log_train(step, total, values)
                     last = values
+                    if on_summary is not None:
+                        on_summary(step, values)
+                        timer.restart()
                 if step % cfg.eval_every_n_steps == 0 or step == total:
                     for split, values in _evaluate(
                         run, place, state_lib.model_variables(state)

@@ -1,8 +1,27 @@
-"""The benchmark at a tiny size, so it cannot rot: it must produce every figure (not speeds)."""
+"""The benchmark at a tiny size, so it cannot rot: it must produce every figure (not speeds).
 
+Also: the three loops do the same matmul work (counted in their programs, against the one MFU
+formula), the baseline is independent of pax, and README's table is the render of docs/bench.json.
+"""
+
+import ast
 import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
-from benchmarks import bench
+import jax
+import jax.extend.core as jex
+import pytest
+
+from benchmarks import baseline, bench, gpu_bench, minimal_loop, table
+from pax.data.corpus import embedded_text
+from pax.data.sources import WindowDataset
+from pax.data.tokenizers import ByteTokenizer
+from pax.releases import readme
+from pax.train import mfu
 
 
 def test_bench_produces_every_figure(tmp_path, capsys):
@@ -10,26 +29,153 @@ def test_bench_produces_every_figure(tmp_path, capsys):
     assert bench.main(["--small", "--steps", "2", "--repeats", "2", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     for key in (
-        "trainer_over_minimal",
         "trainer_mfu",
         "minimal_mfu",
+        "baseline_mfu",
+        "trainer_tokens_per_s",
+        "baseline_tokens_per_s",
         "checkpoint_mb_per_s",
         "plain_write_mb_per_s",
         "async_stall_over_sync_save",
         "input_over_trainer_consumption",
     ):
         assert r[key] > 0, key
-    assert r["trainer_step_s"]["n"] == 2 and r["minimal_step_s"]["n"] == 2
-    assert r["config"]["layers"] == 1
+    for key in ("trainer_over_minimal", "minimal_over_baseline", "trainer_over_baseline"):
+        assert r[key]["n"] == 2 and 0 < r[key]["min"] <= r[key]["median"] <= r[key]["max"], key
+    # One interval of each loop per round: as many of each as rounds.
+    for key in ("trainer_step_s", "minimal_step_s", "baseline_step_s", "peak_flops"):
+        assert r[key]["n"] == 2, key
+    assert r["config"]["layers"] == 1 and r["config"]["dtype"] == "float32"
+    assert len(r["machine"]["load_avg_1m"]) == 2
     text = capsys.readouterr().out
     for label in (
         "machine",
+        "config",
         "peak",
         "trainer",
         "minimal",
+        "baseline",
         "ratio",
         "checkpoint",
         "async save",
         "input",
     ):
         assert any(line.startswith(label) for line in text.splitlines()), label
+    # The table renders a fresh result as well as the recorded ones.
+    assert "| 1 × 64, seq 32, batch 8, f32" in table.render_table([r])
+
+
+def test_configs_and_dtype_options():
+    assert bench.experiment("bench", "float32") is bench.BenchLm
+    large = bench.experiment("large", "bfloat16")().task().model
+    assert (large.num_layers, large.model_dims, large.max_seq_len) == (8, 1024, 512)
+    assert large.activation_dtype == "bfloat16"
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--dtype", "float16"])
+    assert e.value.code == 2
+
+
+def _dot_flops(jaxpr) -> int:
+    """2 × multiply-adds of every dot_general in a jaxpr, scan bodies times their length."""
+    total = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            (contract, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval.shape
+            total += 2 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[i] for i in contract)
+        times = eqn.params["length"] if eqn.primitive.name == "scan" else 1
+        for sub in jex.jaxprs_in_params(eqn.params):
+            total += times * _dot_flops(sub)
+    return total
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_all_three_loops_do_the_flops_the_formula_counts(dtype):
+    """mfu.flops_per_step, the one MFU numerator, is exactly the matmul work of each program:
+    the project's model (layers in nn.scan) and the independent baseline (a Python loop)."""
+    exp = type("Two", (bench.SmallBenchLm,), {"NUM_LAYERS": 2, "FPROP_DTYPE": dtype})()
+    task = exp.task()
+    cfg, batch = task.model, task.train.percore_batch_size
+    data = WindowDataset(ByteTokenizer().encode(embedded_text()), cfg.max_seq_len, seed=0)
+    batches = [data.batch(i, batch) for i in range(2)]
+    expected = mfu.flops_per_step(cfg, batch)
+    for loop in (
+        minimal_loop.MinimalLoop(cfg, task.optimizer, batches),
+        baseline.Baseline(bench.baseline_shape(cfg), batches),
+    ):
+        program = jax.make_jaxpr(loop.step)(loop.params, loop.opt_state, loop.batches[0])
+        assert _dot_flops(program.jaxpr) == expected, type(loop).__name__
+
+
+def test_baseline_imports_nothing_from_pax():
+    tree = ast.parse(Path(baseline.__file__).read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert imported == {"dataclasses", "time", "flax.linen", "jax", "jax.numpy", "optax"}
+
+
+def test_baseline_refuses_configs_it_does_not_model():
+    gated = type("Gated", (bench.SmallBenchLm,), {"ACTIVATION": "swiglu"})().task().model
+    with pytest.raises(ValueError, match="no counterpart"):
+        bench.baseline_shape(gated)
+
+
+def test_readme_bench_table_is_rendered_from_docs_bench_json():
+    text = (table.ROOT / "README.md").read_text()
+    blocks = readme.blocks(text, table.START, table.END)
+    assert len(blocks) == 1, "README.md needs one bench-table block"
+    assert blocks[0] == f"\n\n{table.recorded_table()}\n\n", (
+        "README's performance table differs from docs/bench.json; run "
+        "./noxw -s bench -- --record (or rewrite the block from the file)"
+    )
+
+
+def test_record_replaces_the_same_config_and_dtype(tmp_path):
+    r = json.loads((table.BENCH_JSON).read_text())[0]
+    path, md = tmp_path / "bench.json", tmp_path / "README.md"
+    md.write_text(f"before\n{table.START}\nold\n{table.END}\nafter\n")
+    table.record(r, path, md)
+    newer = json.loads(json.dumps(r))
+    newer["machine"]["date"] = "2099-01-01"
+    table.record(newer, path, md)
+    other = json.loads(json.dumps(r))
+    other["config"]["dtype"] = "bfloat16"
+    table.record(other, path, md)
+    stored = json.loads(path.read_text())
+    assert [(s["config"]["dtype"], s["machine"]["date"]) for s in stored] == [
+        ("float32", "2099-01-01"),
+        ("bfloat16", r["machine"]["date"]),
+    ]
+    assert md.read_text() == (
+        f"before\n{table.START}\n\n{table.render_table(stored)}\n\n{table.END}\nafter\n"
+    )
+
+
+def test_gpu_bench_dry_run_runs_the_whole_script_on_cpu(tmp_path):
+    """ci/gpu_bench.sh --dry-run: the shell script, the 1B path's code at a tiny size, on CPU."""
+    out = tmp_path / "gpu.json"
+    env = dict(os.environ, PAX_PYTHON=sys.executable, PAX_GPU_BENCH_TIMEOUT_S="1500")
+    done = subprocess.run(
+        [str(table.ROOT / "ci" / "gpu_bench.sh"), "--dry-run", "--", "--json", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("DRY RUN on CPU") for line in lines)
+    for label in ("trainer bf16", "trainer fp8", "baseline bf16"):
+        assert any(line.startswith(label) and "MFU" in line for line in lines), label
+    assert any(line.startswith("speed-up fp8 / bf16:") for line in lines)
+    assert lines[-1] == "OK"
+    r = json.loads(out.read_text())
+    assert r["dry_run"] and r["fp8_speedup"] > 0 and r["trainer_over_baseline"] > 0
+    for row in ("trainer_bf16", "trainer_fp8", "baseline_bf16"):
+        assert r[row]["step_s"] > 0 and r[row]["mfu"] > 0, row
+
+
+def test_gpu_bench_without_a_gpu_says_so_and_exits_2(capsys):
+    assert gpu_bench.main([]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no GPU here" in err[0] and "--dry-run" in err[0]

@@ -1,0 +1,103 @@
+"""The independent baseline: a plain Flax + optax LM written for this benchmark alone.
+
+It imports nothing from pax, so `./noxw -s bench` can tell the cost of the project's model from
+the cost of the same math written the usual way: pre-LN blocks, one fused QKV Dense, einsum
+attention under a causal mask, GELU FFN, the embedding table reused as the output projection,
+optax.adamw, one jax.jit with donated state. Its matmuls are the ones pax.train.mfu counts
+(tests/trainer/test_bench.py counts them in both programs); what that formula leaves out differs:
+learned positions here (the trainer: rotary), no logit caps.
+"""
+
+import dataclasses
+import time
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    vocab: int
+    layers: int
+    dims: int
+    hidden: int
+    heads: int
+    seq: int
+    dtype: str = "float32"  # activations; parameters and logits stay float32
+    remat: bool = False  # recompute each block in the backward pass (saves nothing)
+
+
+class Block(nn.Module):
+    s: Shape
+
+    @nn.compact
+    def __call__(self, x):
+        s, dt = self.s, jnp.dtype(self.s.dtype)
+        b, t, _ = x.shape
+        d = s.dims // s.heads
+        qkv = nn.Dense(3 * s.dims, use_bias=False, dtype=dt)(nn.LayerNorm(dtype=dt)(x))
+        q, k, v = jnp.split(qkv.reshape(b, t, 3 * s.heads, d), 3, axis=2)
+        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) * d**-0.5
+        logits = jnp.where(jnp.tril(jnp.ones((t, t), bool)), logits, -1e30)
+        probs = jax.nn.softmax(logits, axis=-1).astype(dt)
+        out = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, s.dims)
+        x = x + nn.Dense(s.dims, use_bias=False, dtype=dt)(out)
+        h = nn.gelu(nn.Dense(s.hidden, use_bias=False, dtype=dt)(nn.LayerNorm(dtype=dt)(x)))
+        return x + nn.Dense(s.dims, use_bias=False, dtype=dt)(h)
+
+
+class Lm(nn.Module):
+    s: Shape
+
+    @nn.compact
+    def __call__(self, tokens):
+        s, dt = self.s, jnp.dtype(self.s.dtype)
+        # Rows of norm ~1, so the tied output projection starts with logits of order 1.
+        init = nn.initializers.normal(s.dims**-0.5)
+        embed = nn.Embed(s.vocab, s.dims, dtype=dt, embedding_init=init)
+        positions = self.param("positions", nn.initializers.normal(0.02), (s.seq, s.dims))
+        x = embed(tokens) + positions[: tokens.shape[1]].astype(dt)
+        block = nn.remat(Block) if s.remat else Block
+        for _ in range(s.layers):
+            x = block(s)(x)
+        return embed.attend(nn.LayerNorm(dtype=dt)(x)).astype(jnp.float32)
+
+
+class Baseline:
+    """Initialized on construction; the first `interval` call also compiles the step."""
+
+    def __init__(self, s: Shape, batches, learning_rate=1e-3, clip=5.0, weight_decay=1e-3):
+        model = Lm(s)
+        tx = optax.chain(
+            optax.clip_by_global_norm(clip),
+            optax.adamw(learning_rate, b1=0.9, b2=0.99, eps=1e-6, weight_decay=weight_decay),
+        )
+
+        def step(params, opt_state, batch):
+            def loss_fn(p):
+                logits = model.apply({"params": p}, batch["inputs"])
+                nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
+                w = batch["weights"].astype(jnp.float32)
+                return (nll * w).sum() / jnp.maximum(w.sum(), 1.0)
+
+            loss, grads = jax.value_and_grad(loss_fn)(params)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, loss
+
+        self.batches = [jax.device_put({k: jnp.asarray(v) for k, v in b.items()}) for b in batches]
+        self.params = jax.jit(model.init)(jax.random.key(0), self.batches[0]["inputs"])["params"]
+        self.opt_state = tx.init(self.params)
+        self.step = jax.jit(step, donate_argnums=(0, 1))
+        self.i = 0
+
+    def interval(self, steps: int) -> float:
+        """Seconds per step over `steps` steps, all dispatched before one wait."""
+        start = time.perf_counter()
+        for _ in range(steps):
+            batch = self.batches[self.i % len(self.batches)]
+            self.params, self.opt_state, self.loss = self.step(self.params, self.opt_state, batch)
+            self.i += 1
+        self.loss.block_until_ready()
+        return (time.perf_counter() - start) / steps
