@@ -85,13 +85,20 @@ class _Sharded(nn.Module):
 def _attend(q, k, v, q_positions, k_positions, q_segments, k_segments, cap: float, dtype):
     """Causal softmax attention of q (batch, t, group, kv_heads, dims) over k, v (batch, s, ...);
     with segment ids (packed inputs), only within a query's own segment."""
-    logits = _cap(jnp.einsum("btgnd,bsnd->bngts", q, k).astype(jnp.float32), cap)
-    mask = q_positions[:, None, None, :, None] >= k_positions[:, None, None, None, :]
+    b, t, g, n, d = q.shape
+    # A group's query heads share one key/value head, so the group folds into the query axis
+    # (row t*g + j is query t of head j) and the scores are 4-D, (batch, kv_heads, t*g, s): the
+    # order dot_general yields, so XLA never transposes them, the layer's largest tensors (the
+    # 5-D "bngts" layout made XLA:CPU transpose them 20 times per bench step).
+    q = q.reshape(b, t * g, n, d)
+    logits = _cap(jnp.einsum("bqnd,bsnd->bnqs", q, k).astype(jnp.float32), cap)
+    mask = jnp.repeat(q_positions, g, axis=1)[:, None, :, None] >= k_positions[:, None, None, :]
     if q_segments is not None:
-        mask &= q_segments[:, None, None, :, None] == k_segments[:, None, None, None, :]
+        q_segments = jnp.repeat(q_segments, g, axis=1)
+        mask &= q_segments[:, None, :, None] == k_segments[:, None, None, :]
     logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(logits, axis=-1).astype(dtype)
-    return jnp.einsum("bngts,bsnd->btgnd", probs, v)
+    return jnp.einsum("bnqs,bsnd->bqnd", probs, v).reshape(b, t, g, n, d)
 
 
 class Attention(_Sharded):
