@@ -41,6 +41,8 @@ def _ratio(s: dict) -> str:
 
 def render_table(records: list[dict]) -> str:
     """Markdown for docs/bench.json's records; ends without a newline."""
+    if not records:
+        return "No run recorded yet: `./noxw -s bench -- --record` measures one and fills this in."
     records = sorted(records, key=key)
     lines = [
         "| config | trainer step | project model, minimal loop | independent baseline | "

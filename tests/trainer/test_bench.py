@@ -130,25 +130,65 @@ def test_readme_bench_table_is_rendered_from_docs_bench_json():
     )
 
 
+def _record(dtype: str, date: str) -> dict:
+    """A result as measure() writes it (figures made up: only the bookkeeping is tested)."""
+
+    def stats(x):
+        return {"median": x, "min": x * 0.9, "max": x * 1.1, "n": 3}
+
+    return {
+        "machine": {
+            "device": "cpu: cpu",
+            "cpus": 2,
+            "jax": "0.10.2",
+            "load_avg_1m": [1.0, 2.0],
+            "date": date,
+        },
+        "config": {
+            "name": "BenchLm",
+            "layers": 4,
+            "model_dims": 512,
+            "seq": 256,
+            "batch": 8,
+            "dtype": dtype,
+            "flops_per_step": 169e9,
+        },
+        "peak_flops": stats(2e11),
+        **{f"{loop}_step_s": stats(2.0) for loop in ("trainer", "minimal", "baseline")},
+        **{f"{loop}_mfu": 0.4 for loop in ("trainer", "minimal", "baseline")},
+        **{
+            ratio: stats(1.0)
+            for ratio in ("trainer_over_baseline", "minimal_over_baseline", "trainer_over_minimal")
+        },
+        "checkpoint": {"bytes": 153e6, "async_stall_s": stats(0.01)},
+        "checkpoint_mb_per_s": 500.0,
+        "plain_write_mb_per_s": 800.0,
+        "async_stall_over_sync_save": 0.04,
+        "input_tokens_per_s": stats(7e7),
+        "input_over_trainer_consumption": 8e4,
+    }
+
+
 def test_record_replaces_the_same_config_and_dtype(tmp_path):
-    r = json.loads((table.BENCH_JSON).read_text())[0]
     path, md = tmp_path / "bench.json", tmp_path / "README.md"
     md.write_text(f"before\n{table.START}\nold\n{table.END}\nafter\n")
-    table.record(r, path, md)
-    newer = json.loads(json.dumps(r))
-    newer["machine"]["date"] = "2099-01-01"
-    table.record(newer, path, md)
-    other = json.loads(json.dumps(r))
-    other["config"]["dtype"] = "bfloat16"
-    table.record(other, path, md)
+    table.record(_record("float32", "2026-01-01"), path, md)
+    table.record(_record("float32", "2099-01-01"), path, md)
+    table.record(_record("bfloat16", "2026-01-01"), path, md)
     stored = json.loads(path.read_text())
     assert [(s["config"]["dtype"], s["machine"]["date"]) for s in stored] == [
         ("float32", "2099-01-01"),
-        ("bfloat16", r["machine"]["date"]),
+        ("bfloat16", "2026-01-01"),
     ]
     assert md.read_text() == (
         f"before\n{table.START}\n\n{table.render_table(stored)}\n\n{table.END}\nafter\n"
     )
+    rows = table.render_table(stored).splitlines()
+    assert rows[2].startswith(
+        "| 4 × 512, seq 256, batch 8, f32; 169 GFLOP | 2 s (1.8–2.2), MFU 40.0%"
+    )
+    assert rows[3].startswith("| 4 × 512, seq 256, batch 8, bf16;")
+    assert table.render_table([]).startswith("No run recorded yet")
 
 
 def test_gpu_bench_dry_run_runs_the_whole_script_on_cpu(tmp_path):
