@@ -7,7 +7,9 @@ against it before each use (pax.environments.venv). Sessions themselves get no n
 
   ./noxw -s test  -- [RELEASE] [pytest args]        tests against a release (default: newest)
   ./noxw -s train -- [RELEASE] [PLATFORM] [flags]    tiny LM run; flags go to pax.main
-  ./noxw -s bench -- [RELEASE] [--json FILE]      trainer, minimal loop, baseline; MFU, I/O
+  ./noxw -s bench -- [RELEASE] [--json FILE]      trainer, minimal loop, baseline; MFU, I/O;
+                                                  decoding with the KV cache vs recompute
+  ./noxw -s decode -- [RELEASE] [PLATFORM] [flags]   continuations from the tiny run's checkpoint
   ./noxw -s data  -- [RELEASE] sample|spm|inspect ...     C4 shards, SentencePiece, inspection
   ./noxw -s lock  -- RELEASE|nightly|tools [PLATFORM...]   recompile lockfiles
   ./noxw -s env   -- [RELEASE] [PLATFORM] [--json]        the env's identity and drift (pax env)
@@ -102,6 +104,20 @@ def train(session: nox.Session) -> None:
     session.log(f"job dir: {job_dir}")
     for path in metrics or [job_dir / "metrics.jsonl (not written)"]:
         session.log(f"metrics: {path}")
+
+
+@nox.session(venv_backend="none")
+def decode(session: nox.Session) -> None:
+    """Continue prompts with the tiny run's newest checkpoint: `decode -- [RELEASE] [PLATFORM]
+    [--prompt=TEXT ...]` (pax.main --mode=decode_once on runs/tiny; flags go to pax.main)."""
+    args = list(session.posargs)
+    release = _release(session, args)
+    platform = args.pop(0) if args and args[0] in catalog.LOCK_PLATFORMS else "cpu"
+    defaults = {**TRAIN_DEFAULTS, "--mode": "decode_once"}
+    given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    flags = [f"{k}={v}" for k, v in defaults.items() if k not in given] + args
+    env = _env(session, release, platform)
+    session.run(str(env.python), "-m", "pax.main", *flags, env=env.session_env(), external=True)
 
 
 @nox.session(venv_backend="none")

@@ -4,7 +4,8 @@ Three loops train the same shapes in one process, an interval of each per round:
 (pax.train.loop), the project's TransformerLm in a minimal flax + optax loop
 (benchmarks/minimal_loop.py: the framework's cost is trainer / minimal) and a model written
 from scratch without pax (benchmarks/baseline.py: the model's cost is minimal / baseline). The
-matmul peak, checkpoint I/O and the input pipeline are measured in the same run.
+matmul peak, checkpoint I/O, the input pipeline and decoding (the KV cache against recomputing
+the prefix, benchmarks/decode.py) are measured in the same run.
 
 Every figure is the median over rounds, with the spread (min–max) beside it; ratios are the
 median of per-round ratios.
@@ -21,7 +22,7 @@ import time
 import jax
 import numpy as np
 
-from benchmarks import baseline, minimal_loop
+from benchmarks import baseline, decode, minimal_loop
 from benchmarks.table import BENCH_JSON, ROOT, record
 from pax.checkpoint.manager import Checkpointer
 from pax.data.corpus import embedded_text
@@ -365,6 +366,8 @@ def main(argv=None) -> int:
     config = "small" if args.small else args.config
     result = measure(experiment(config, args.dtype), args.steps, args.repeats)
     print(report(result))
+    result["decode"] = decode.measure(small=config == "small", repeats=args.repeats)
+    print(decode.report(result["decode"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

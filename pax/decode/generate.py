@@ -55,12 +55,39 @@ def decode_model(cfg: ModelConfig, mesh=None) -> TransformerLm:
     """The model for decoding: the same parameters, without training's memory savers.
 
     Rematerialization saves memory only for a backward pass, which decoding never runs, and
-    query chunks are skipped with a cache anyway; a pipeline's stages run as one stack
-    (pax.decode.restore flattens their parameters).
+    query chunks are skipped with a cache anyway. A pipeline's stages run as one stack of
+    layers (`unstage` lays their parameters out for it): a decode step has no microbatches to
+    keep the stages busy with.
     """
     return TransformerLm(
         dataclasses.replace(cfg, remat_policy="none", attention_query_chunk=0), mesh=mesh
     )
+
+
+def unstage(variables: dict, num_stages: int, num_layers: int) -> dict:
+    """A pipelined model's variables laid out as the same model's without stages.
+
+    pax.parallel.pipeline keeps each stage's layers under pipeline/ticks/stages, stacked on a
+    leading stage axis: `layers` (stage, layer in stage, ...) when layers are repeated, else
+    `layer_<i>` (stage, ...) for each layer i of a stage. Layer i of stage s is layer
+    s * (num_layers // num_stages) + i of the whole stack.
+    """
+    per_stage = num_layers // num_stages
+    out = {}
+    for collection, tree in variables.items():
+        tree = dict(tree)
+        stages = tree.pop("pipeline", {}).get("ticks", {}).get("stages", {})
+        for name, sub in stages.items():
+            if name == "layers":
+                tree["layers"] = jax.tree.map(
+                    lambda a: a.reshape((num_stages * per_stage,) + a.shape[2:]), sub
+                )
+            else:
+                i = int(name.split("_")[1])
+                for stage in range(num_stages):
+                    tree[f"layer_{stage * per_stage + i}"] = jax.tree.map(lambda a: a[stage], sub)
+        out[collection] = tree
+    return out
 
 
 def make_generate(

@@ -26,7 +26,7 @@ from absl import logging
 from pax.checkpoint.manager import CheckpointError, step_name
 from pax.data import tokenizers
 from pax.decode import prompts as prompts_lib
-from pax.decode.generate import Generator
+from pax.decode.generate import Generator, decode_model, unstage
 from pax.decode.options import Options
 from pax.errors import UsageError
 from pax.train import placement
@@ -93,14 +93,23 @@ class Decoder:
         # No row can go past SEQ_LEN + 1 tokens (pax.decode.generate), so neither can the cache.
         shortest = min(len(p.ids) for p in self.prompts)
         self.max_new = min(options.max_new_tokens, cfg.max_seq_len + 1 - shortest)
-        # The parameters are read straight into their shardings over the whole mesh (a pmap
-        # run's checkpoint holds one replica: it is read the same way).
-        self.abstract, shardings = state_lib.shardings(run.model, run.tx, run.mesh)
+        # The state is read straight into its shardings over the whole mesh (a pmap run's
+        # checkpoint holds one replica: it is read the same way), then the decoding model's
+        # variables placed by the same rules (a pipeline's stages become one stack).
+        self.abstract, _ = state_lib.shardings(run.model, run.tx, run.mesh)
         self._placement = placement.for_run(run)
+        _, flat = state_lib.shardings(decode_model(cfg, run.mesh), run.tx, run.mesh)
+        flat = state_lib.model_variables(flat)
+        stages = run.task.mesh.num_stages
+        self._layout = (
+            jax.jit(lambda v: unstage(v, stages, cfg.num_layers), out_shardings=flat)
+            if stages > 1
+            else lambda v: v  # already the decoding model's layout and placement
+        )
         self.generator = Generator(
             cfg,
             run.mesh,
-            state_lib.model_variables(shardings),
+            flat,
             self.max_new,
             self.sampling,
             self.tokenizer.eos_id if options.stop_at_eos else -1,
@@ -122,7 +131,8 @@ class Decoder:
         return self._placement.checkpointer(self.job_dir, saving=False)
 
     def variables(self, checkpointer, step: int):
-        return state_lib.model_variables(checkpointer.restore(step, self.abstract))
+        """The decoding model's variables from the checkpoint at `step`."""
+        return self._layout(state_lib.model_variables(checkpointer.restore(step, self.abstract)))
 
     def decode(self, variables, step: int) -> list[dict]:
         """One record per prompt, in prompt order."""

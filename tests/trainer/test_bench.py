@@ -47,6 +47,9 @@ def test_bench_produces_every_figure(tmp_path, capsys):
         assert r[key]["n"] == 2, key
     assert r["config"]["layers"] == 1 and r["config"]["dtype"] == "float32"
     assert len(r["machine"]["load_avg_1m"]) == 2
+    for run in r["decode"]["runs"]:
+        assert run["cached_tokens_per_s"] > 0 and run["recompute_tokens_per_s"] > 0
+        assert run["speedup"] > 1 and run["measured_over_predicted"] > 0
     text = capsys.readouterr().out
     for label in (
         "machine",
@@ -59,6 +62,7 @@ def test_bench_produces_every_figure(tmp_path, capsys):
         "checkpoint",
         "async save",
         "input",
+        "decode",
     ):
         assert any(line.startswith(label) for line in text.splitlines()), label
     # The table renders a fresh result as well as the recorded ones.

@@ -1,0 +1,248 @@
+"""Decoding speed: the KV cache against recomputing the whole prefix for every new token.
+
+Both decode the same left-padded batch of prompts greedily on one device:
+
+- cached: pax.decode's generator, the one the decode modes run: the prompt is prefilled in one
+  pass, then each step feeds one token per row and attends over the cache (one jitted while
+  loop; compilation is excluded by a warm-up call). Timed end to end, median of the repeats.
+- recompute: every step runs the model over the whole sequence so far and takes the last
+  position's logits. The sequence is padded up to a multiple of BUCKET tokens, so the step
+  compiles once per bucket instead of once per length (the padding comes after the last real
+  token: causal attention makes it invisible). A step's time depends only on its bucket, so the
+  loop's time is the sum over its steps of the measured time of one step at that step's bucket
+  (median of the repeats); at the shorter length the real loop also runs end to end, and its
+  time is printed beside that sum as a check of the method.
+
+The predicted speed-up is the ratio of the two computations' forward FLOPs (pax.train.mfu's
+per-token count, which includes attention over the span each token attends to): the cached
+path attends over the whole cache buffer (prompt bucket + new tokens) at every step, the
+recompute path over its bucket. The claim checked: measured / predicted within [0.5, 2].
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from pax.decode import prompts as prompts_lib
+from pax.decode.generate import Generator, decode_model
+from pax.decode.sampling import Sampling
+from pax.parallel import sharding
+from pax.tasks.lm.params.lm_cloud import LmCloudSpmdTiny
+from pax.train import mfu
+
+BUCKET = 64
+
+
+class DecodeBenchLm(LmCloudSpmdTiny):
+    """Small enough for the recompute side to finish on a CPU; SEQ_LEN only bounds positions."""
+
+    NUM_LAYERS = 2
+    MODEL_DIMS = 256
+    HIDDEN_DIMS = 1024
+    NUM_HEADS = 4
+    SEQ_LEN = 2048
+
+
+class SmallDecodeBenchLm(DecodeBenchLm):
+    NUM_LAYERS = 1
+    MODEL_DIMS = 64
+    HIDDEN_DIMS = 128
+    NUM_HEADS = 2
+
+
+def _forward_flops(cfg, tokens: int, span: int) -> float:
+    """Forward FLOPs of `tokens` tokens each attending over `span` slots."""
+    return tokens * mfu.flops_per_token(cfg, span) / 3.0  # flops_per_token counts training: 3x
+
+
+def _bucket(length: int) -> int:
+    return -(-length // BUCKET) * BUCKET
+
+
+def predicted_speedup(cfg, batch: int, prompt_bucket: int, new: int) -> dict:
+    """FLOPs of both ways of generating `new` tokens after prompts padded to prompt_bucket."""
+    span = prompt_bucket + new  # the cache buffer every cached token attends over
+    cached = _forward_flops(cfg, batch * prompt_bucket, span)  # prefill
+    cached += (new - 1) * _forward_flops(cfg, batch, span)  # one token per row per step
+    recompute = sum(
+        _forward_flops(cfg, batch * _bucket(prompt_bucket + i), _bucket(prompt_bucket + i))
+        for i in range(new)
+    )
+    return {"cached_flops": cached, "recompute_flops": recompute, "speedup": recompute / cached}
+
+
+class Recompute:
+    """Greedy decoding without a cache: the model over the sequence so far, every step."""
+
+    def __init__(self, model, variables, batch, new: int):
+        self.model, self.variables, self.new = model, variables, new
+        self.start = batch.tokens.shape[1]
+        total = _bucket(self.start + new)
+        pad = total - self.start
+        self.tokens = jnp.pad(jnp.asarray(batch.tokens), ((0, 0), (0, pad)))
+        # Generated tokens take positions on from each prompt's last; the slots not yet written
+        # are segment 0, which real tokens (segment 1) never attend to.
+        last = batch.positions[:, -1:]
+        self.positions = jnp.asarray(
+            np.concatenate([batch.positions, last + 1 + np.arange(pad)], axis=1)
+        )
+        self.segments = jnp.pad(jnp.asarray(batch.segment_ids), ((0, 0), (0, pad)))
+        self._step = jax.jit(self._step_fn, static_argnums=4, donate_argnums=(1, 2))
+
+    def _step_fn(self, variables, tokens, segments, n, length):
+        logits = self.model.apply(
+            variables, tokens[:, :length], self.positions[:, :length], segments[:, :length]
+        )
+        token = jnp.argmax(jax.lax.dynamic_index_in_dim(logits, n - 1, 1, False), -1)
+        tokens = jax.lax.dynamic_update_index_in_dim(tokens, token.astype(tokens.dtype), n, 1)
+        segments = jax.lax.dynamic_update_index_in_dim(
+            segments, jnp.ones_like(token, segments.dtype), n, 1
+        )
+        return tokens, segments
+
+    def lengths(self):
+        """The bucket each step runs at."""
+        return [_bucket(self.start + i) for i in range(self.new)]
+
+    def run(self):
+        """The whole loop; the generated tokens (batch, new)."""
+        tokens, segments = jnp.array(self.tokens), jnp.array(self.segments)  # donated below
+        for i, length in enumerate(self.lengths()):
+            tokens, segments = self._step(self.variables, tokens, segments, self.start + i, length)
+        return np.asarray(tokens[:, self.start : self.start + self.new])
+
+    def step_seconds(self, length: int, repeats: int) -> float:
+        """Median time of one step at a bucket length (compiled and warmed first)."""
+        times = []
+        for r in range(repeats + 1):
+            tokens, segments = jnp.array(self.tokens), jnp.array(self.segments)
+            jax.block_until_ready((tokens, segments))
+            start = time.perf_counter()
+            jax.block_until_ready(self._step(self.variables, tokens, segments, length - 1, length))
+            if r:
+                times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+
+def measure(small: bool = False, repeats: int = 3, batch: int = 16, prompt_len: int = 48) -> dict:
+    experiment = SmallDecodeBenchLm if small else DecodeBenchLm
+    cfg = experiment().task().model
+    news = (8, 32) if small else (128, 1024)
+    device = jax.devices()[0]
+    mesh = Mesh(np.asarray([device]).reshape(1, 1, 1), ("replica", "data", "mdl"))
+    model = decode_model(cfg)
+    tokens = jnp.zeros((1, 8), jnp.int32)
+    variables = {"params": nn.unbox(jax.jit(model.init)(jax.random.key(0), tokens)["params"])}
+    rng = np.random.default_rng(0)
+    prompts = [
+        prompts_lib.Prompt(str(i), rng.integers(1, cfg.vocab_size, prompt_len).astype(np.int32))
+        for i in range(batch)
+    ]
+    ((_, prompt_batch),) = prompts_lib.batches(prompts, batch, 1, cfg.max_seq_len)
+    prompt_bucket = prompt_batch.tokens.shape[1]
+    replicated = jax.tree.map(lambda _: sharding.replicated(mesh), variables)
+    rows = []
+    for new in news:
+        generator = Generator(cfg, mesh, replicated, new, Sampling("greedy"))
+        generator(variables, prompt_batch, seed=0)  # compile
+        cached_s = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            out = generator(variables, prompt_batch, seed=0)
+            cached_s.append(time.perf_counter() - start)
+        recompute = Recompute(model, variables, prompt_batch, new)
+        per_bucket = {
+            length: recompute.step_seconds(length, repeats) for length in set(recompute.lengths())
+        }
+        recompute_s = sum(per_bucket[length] for length in recompute.lengths())
+        row = {
+            "new_tokens": new,
+            "cached_s": _stats(cached_s),
+            "recompute_s": recompute_s,
+            "recompute_step_s_by_length": {str(k): v for k, v in sorted(per_bucket.items())},
+            **predicted_speedup(cfg, batch, prompt_bucket, new),
+        }
+        if new == news[0]:  # the real loop once, against the per-bucket sum
+            recompute.run()  # compiled already; this one warms the loop's own dispatch
+            start = time.perf_counter()
+            recomputed = recompute.run()
+            row["recompute_loop_s"] = time.perf_counter() - start
+            row["same_tokens"] = bool(np.array_equal(recomputed, out.tokens))
+        row["measured_speedup"] = recompute_s / row["cached_s"]["median"]
+        row["measured_over_predicted"] = row["measured_speedup"] / row["speedup"]
+        row["cached_tokens_per_s"] = batch * new / row["cached_s"]["median"]
+        row["recompute_tokens_per_s"] = batch * new / recompute_s
+        rows.append(row)
+    return {
+        "device": f"{device.platform}: {device.device_kind}",
+        "config": {
+            "layers": cfg.num_layers,
+            "model_dims": cfg.model_dims,
+            "hidden_dims": cfg.hidden_dims,
+            "heads": cfg.num_heads,
+            "batch": batch,
+            "prompt_tokens": prompt_len,
+            "prompt_bucket": prompt_bucket,
+            "recompute_bucket": BUCKET,
+            "dtype": cfg.activation_dtype,
+        },
+        "runs": rows,
+    }
+
+
+def _stats(values) -> dict:
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "n": len(values),
+    }
+
+
+def report(r: dict) -> str:
+    c = r["config"]
+    lines = [
+        f"decode       {c['layers']} layers x {c['model_dims']} dims, {c['heads']} heads, batch "
+        f"{c['batch']}, prompts of {c['prompt_tokens']} tokens (bucket {c['prompt_bucket']}), "
+        f"greedy, {c['dtype']}, {r['device']}"
+    ]
+    for row in r["runs"]:
+        check = ""
+        if "recompute_loop_s" in row:
+            check = (
+                f"; real recompute loop {row['recompute_loop_s']:.3g} s, same tokens: "
+                f"{'yes' if row['same_tokens'] else 'NO'}"
+            )
+        lines.append(
+            f"decode {row['new_tokens']:>5} new: cached {row['cached_tokens_per_s']:.0f} tokens/s "
+            f"({row['cached_s']['median']:.3g} s), recompute {row['recompute_tokens_per_s']:.0f} "
+            f"tokens/s ({row['recompute_s']:.3g} s{check}); speed-up {row['measured_speedup']:.1f}x "
+            f"vs {row['speedup']:.1f}x predicted by FLOPs = {row['measured_over_predicted']:.2f} "
+            "(target 0.5..2)"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--small", action="store_true", help="a tiny model (for tests)")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    result = measure(args.small, args.repeats)
+    print(report(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

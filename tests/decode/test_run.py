@@ -1,0 +1,75 @@
+"""The decoder over other partitionings: pipelined and pmap runs decode as the plain model."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pax.decode import generate as gen
+from pax.decode import run as decode_run
+from pax.decode.options import Options
+from pax.models.transformer import TransformerLm
+from pax.train import loop, placement
+from tests.trainer.helpers import Tiny, derive
+from tests.trainer.test_pipeline import Piped
+
+PROMPTS = ("The list", "Dictionaries are")
+
+
+@pytest.mark.parametrize("repeated", [True, False])
+def test_unstaged_parameters_compute_what_the_pipeline_computes(repeated):
+    piped_cfg = derive(Piped, USE_REPEATED_LAYER=repeated)().task()
+    piped = TransformerLm(piped_cfg.model, num_stages=2, num_microbatches=4)
+    tokens = jax.random.randint(jax.random.key(1), (4, 32), 0, 256)
+    variables = {"params": nn.unbox(piped.init(jax.random.key(0), tokens))["params"]}
+    flat = gen.unstage(variables, 2, piped_cfg.model.num_layers)
+    assert "pipeline" not in flat["params"]
+    expected = jax.jit(piped.apply)(variables, tokens)
+    got = jax.jit(TransformerLm(piped_cfg.model).apply)(flat, tokens)
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def _checkpointed(experiment_cls, job, devices):
+    """A run of experiment_cls with a fresh state saved as step 6; its unplaced state."""
+    run = loop.prepare(experiment_cls(), devices=devices, with_data=False)
+    place = placement.for_run(run)
+    state = place.init(seed=3)
+    checkpointer = place.checkpointer(str(job), saving=True)
+    checkpointer.save(6, state)
+    checkpointer.close()
+    return run, jax.device_get(state)
+
+
+def _decode(run, job):
+    options = Options(prompts=PROMPTS, max_new_tokens=6)
+    return decode_run.decode_once(decode_run.Decoder(run, str(job), options, True))
+
+
+def _reference(params, cfg):
+    """The same prompts through the plain model on one device."""
+    one = derive(Tiny, NUM_LAYERS=cfg.num_layers)
+    run = loop.prepare(one(), devices=jax.devices()[:1], with_data=False)
+    decoder = decode_run.Decoder(run, "/nonexistent", Options(prompts=PROMPTS, max_new_tokens=6))
+    records = decoder.decode({"params": jax.tree.map(jnp.asarray, params)}, 6)
+    return [(r["completion"], r["completion_tokens"]) for r in records]
+
+
+def test_a_pipelined_run_decodes_as_its_layers_in_one_stack(tmp_path):
+    run, state = _checkpointed(Piped, tmp_path / "job", jax.devices()[:8])
+    records = _decode(run, tmp_path / "job")
+    flat = gen.unstage({"params": state["params"]}, 2, run.task.model.num_layers)["params"]
+    assert [(r["completion"], r["completion_tokens"]) for r in records] == _reference(
+        flat, run.task.model
+    )
+
+
+def test_a_pmap_run_decodes_from_its_single_file_checkpoint(tmp_path):
+    pmapped = derive(Tiny, ICI_MESH_SHAPE=None, PERCORE_BATCH_SIZE=4)
+    run, state = _checkpointed(pmapped, tmp_path / "job", jax.devices()[:2])
+    assert run.strategy == placement.PMAP
+    assert (tmp_path / "job" / "checkpoints" / "checkpoint_00000006").is_file()  # Flax file
+    records = _decode(run, tmp_path / "job")
+    assert [(r["completion"], r["completion_tokens"]) for r in records] == _reference(
+        state["params"], run.task.model
+    )
