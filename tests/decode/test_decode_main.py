@@ -10,8 +10,12 @@ import time
 import jax
 import pytest
 
+from pax.decode import run as decode_run
+from pax.decode.options import Options
+from pax.decode.sampling import Sampling
+from pax.errors import UsageError
 from pax.train import loop
-from tests.trainer.helpers import Tiny
+from tests.trainer.helpers import Tiny, derive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # tests.trainer.helpers.Tiny as --set overrides of the registered tiny experiment.
@@ -163,14 +167,8 @@ def test_decode_gives_up_waiting_after_decode_wait_s(tmp_path):
     [
         (["--prompt=" + "x" * 33], "prompt 0 is 33 tokens, longer than SEQ_LEN=32"),
         (["--set=VOCAB_SIZE=300"], "trained with vocab_size 256 (now 300)"),
-        (["--set=ACTIVATION='relu'"], "activation 'gelu' (now 'relu')"),
-        (["--set=USE_REPEATED_LAYER=False"], "use_repeated_layer True (now False)"),
         (["--sampling=beam"], "value should be one of"),
-        (["--sampling=sample", "--temperature=0"], "temperature 0.0 must be > 0"),
         (["--top_p=1.5"], "top_p 1.5 must be in (0, 1]"),
-        (["--top_k=1000"], "top_k 1000 must be in 0..256"),
-        (["--max_new_tokens=0"], "--max_new_tokens (0)"),
-        (["--prompts=/nonexistent/prompts.txt"], "no such file"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(job, args, message):
@@ -180,6 +178,26 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(job, args, message):
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("pax: error: ") and message in lines[0], lines[0]
     assert not (job / "decoder_out").exists()
+
+
+@pytest.mark.parametrize(
+    "attrs, options, message",
+    [
+        (dict(ACTIVATION="relu"), {}, "activation 'gelu' (now 'relu')"),
+        (dict(USE_REPEATED_LAYER=False), {}, "use_repeated_layer True (now False)"),
+        ({}, dict(sampling=Sampling("sample", 0.0)), "temperature 0.0 must be > 0"),
+        ({}, dict(sampling=Sampling("sample", top_k=1000)), "top_k 1000 must be in 0..256"),
+        ({}, dict(max_new_tokens=0), "--max_new_tokens (0)"),
+        ({}, dict(prompts_file="/nonexistent/prompts.txt"), "no such file"),
+        ({}, dict(prompts=("",)), "prompt 0 is empty"),
+    ],
+)
+def test_more_bad_input_is_a_usage_error_before_anything_runs(trained, attrs, options, message):
+    run = loop.prepare(derive(Tiny, **attrs)(), devices=jax.devices()[:1], with_data=False)
+    with pytest.raises(UsageError) as e:
+        decode_run.Decoder(run, str(trained), Options(**{"prompts": ("x",), **options}), True)
+    assert message in str(e.value)
+    assert not (trained / "decoder_out").exists()
 
 
 def test_no_checkpoint_is_a_usage_error_and_creates_nothing(tmp_path):
