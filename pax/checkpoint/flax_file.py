@@ -7,6 +7,7 @@ and only by process 0: under pmap every process holds the same replica. Same sur
 pax.checkpoint.manager.Checkpointer, so the loop does not care which one it has.
 """
 
+import functools
 import json
 import os
 import re
@@ -16,8 +17,14 @@ import jax
 import numpy as np
 from flax import serialization
 
-from pax.checkpoint.manager import STEP_DIGITS, STEP_PREFIX, CheckpointError, set_aside, step_name
-from pax.errors import UsageError
+from pax.checkpoint.manager import (
+    STEP_DIGITS,
+    STEP_PREFIX,
+    CheckpointError,
+    check_compatible,
+    restore_newest,
+    step_name,
+)
 
 _NAME = re.compile(rf"{STEP_PREFIX}_(\d{{{STEP_DIGITS}}})")
 
@@ -64,32 +71,21 @@ class FlaxFileCheckpointer:
         return True
 
     def restore_latest(self, abstract_state, data=None):
-        """(step, state) of the newest checkpoint that reads back, or (None, None); a damaged one
-        is moved aside to <job_dir>/checkpoints_damaged/ and the previous one tried."""
-        for step in reversed(self.all_steps()):
-            try:
-                return step, self.restore(step, abstract_state, data)
-            except UsageError:
-                raise
-            except Exception as e:  # msgpack and numpy raise many types on damaged bytes
-                set_aside(self.directory, step, e)
-        return None, None
+        """(step, state) of the newest checkpoint that reads back, or (None, None): another model's
+        checkpoint is a UsageError, a damaged one is set aside, storage errors are retried
+        (pax.checkpoint.manager.restore_newest)."""
+        attempt = functools.partial(self.restore, abstract_state=abstract_state, data=data)
+        return restore_newest(self.directory, self.all_steps(), attempt, reload=lambda: None)
 
     def restore(self, step: int, abstract_state, data=None):
         """The state at `step`, placed by the shardings in abstract_state's ShapeDtypeStructs."""
         path = os.path.join(self.directory, step_name(step))
         with open(path, "rb") as f:
             blob = serialization.msgpack_restore(f.read())
+        # The file's own tree (nested dicts, as to_state_dict spells the run's state) decides
+        # whether another model wrote it before from_state_dict trips over a missing key.
+        check_compatible(path, blob["state"], serialization.to_state_dict(abstract_state))
         state = serialization.from_state_dict(abstract_state, blob["state"])
-        for (where, want), got in zip(
-            jax.tree_util.tree_leaves_with_path(abstract_state), jax.tree.leaves(state)
-        ):
-            if np.shape(got) != want.shape:
-                raise UsageError(
-                    f"{path} holds {jax.tree_util.keystr(where)} of shape {np.shape(got)}, "
-                    f"the experiment {want.shape}: it was written by another model; use a "
-                    "new --job_log_dir or the experiment that wrote it"
-                )
         if data is not None and "data" in blob:
             data.set_state(json.loads(blob["data"]))
         return jax.tree.map(

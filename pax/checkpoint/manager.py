@@ -4,16 +4,31 @@ Each checkpoint is a Composite: `state` (the train state) and, for inputs that a
 `data`: the input iterator's position, one JSON file per process written by grain's orbax
 handler. Checkpoints without `data` still restore. Orbax writes to a temporary directory and
 renames it when complete, so a checkpoint cut off mid-write is never listed as a step.
+
+Resuming tells three failures apart (`restore_newest`, shared with the Flax-file checkpoints):
+- a checkpoint written by another model (tree, shapes or dtypes in its metadata differ from the
+  run's) is a usage error: nothing is moved;
+- a storage error that may pass (timeouts, EIO, stale handles) is retried with backoff, then ends
+  the run without moving anything;
+- anything else while reading (missing or truncated files, bad metadata) is damage: the processes
+  agree on it, and process 0 alone moves the checkpoint aside and the previous one is tried.
 """
 
+import errno
+import functools
 import json
 import os
 import shutil
-from typing import Optional
+import time
+from typing import Callable, Optional
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
+from etils import epath
+from jax import tree_util
+from jax.experimental import multihost_utils
 
 from pax.errors import UsageError
 
@@ -22,8 +37,27 @@ STEP_DIGITS = 8
 SET_ASIDE_DIR = "checkpoints_damaged"  # beside checkpoints/: orbax never lists it
 
 
+# Read attempts for a checkpoint whose storage fails in a way that may pass, and the first wait
+# (doubled each time: 1 + 2 + 4 s). Module constants so tests can shorten them.
+READ_ATTEMPTS = 4
+READ_BACKOFF_S = 1.0
+# OS errors that say the storage did not answer, not that the bytes are bad (NFS and FUSE
+# mounts of object stores raise these during outages and failovers).
+_TRANSIENT_ERRNOS = frozenset({
+    errno.EAGAIN, errno.EBUSY, errno.EINTR, errno.EIO, errno.ETIMEDOUT, errno.ESTALE,
+    errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED, errno.ENETDOWN,
+    errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENOLCK,
+})  # fmt: skip
+# tensorstore and gRPC report a storage that did not answer with these status codes.
+_TRANSIENT_STATUS = ("UNAVAILABLE:", "DEADLINE_EXCEEDED:")
+
+
 class CheckpointError(Exception):
-    """A checkpoint could not be written; the message says which and what survives."""
+    """A checkpoint could not be written or read; the message says which and what survives."""
+
+
+class StorageUnavailable(CheckpointError):
+    """Reading a checkpoint kept failing with storage errors that are not damage."""
 
 
 class Checkpointer:
@@ -85,18 +119,23 @@ class Checkpointer:
         """(step, state) of the newest checkpoint that restores, or (None, None); `data`, an input
         iterator, is set to the position saved with it.
 
-        A damaged checkpoint (truncated or corrupted files) is moved aside to
-        <job_dir>/checkpoints_damaged/, reported in one line, and the previous one is tried.
+        UsageError when the newest checkpoint was written by another model (its metadata's tree,
+        shapes or dtypes differ) or by another number of processes; StorageUnavailable when
+        storage errors outlast the retries; a damaged checkpoint is set aside (`restore_newest`).
         """
-        for step in sorted(self.all_steps(), reverse=True):
+
+        def attempt(step):
             if data is not None:
                 self._check_data(step)
-            try:
-                return step, self.restore(step, abstract_state, data)
-            except Exception as e:  # tensorstore, orbax and json raise many types on damaged data
-                set_aside(self.directory, step, e)
-                self._manager.reload()
-        return None, None
+            check_compatible(step_name(step), self._metadata(step), abstract_state)
+            return self.restore(step, abstract_state, data)
+
+        return restore_newest(self.directory, self.all_steps(), attempt, self._manager.reload)
+
+    def _metadata(self, step: int):
+        """The saved state's tree of array metadata (shape, dtype), read from the checkpoint."""
+        path = epath.Path(self.directory) / step_name(step) / "state"
+        return ocp.StandardCheckpointHandler().metadata(path)
 
     def restore(self, step: int, abstract_state, data=None):
         """The state at `step`, placed by the shardings in abstract_state's ShapeDtypeStructs;
@@ -138,19 +177,171 @@ def step_name(step: int) -> str:
     return f"{STEP_PREFIX}_{step:0{STEP_DIGITS}d}"
 
 
-def set_aside(directory: str, step: int, error: Exception) -> None:
-    """Moves a damaged checkpoint to <job_dir>/checkpoints_damaged/ and says so in one line."""
+def is_transient(error: BaseException) -> bool:
+    """Whether `error` (or what it was raised from) says the storage did not answer."""
+    while error is not None:
+        if isinstance(error, (TimeoutError, ConnectionError)):
+            return True
+        if isinstance(error, OSError) and error.errno in _TRANSIENT_ERRNOS:
+            return True
+        if any(code in str(error) for code in _TRANSIENT_STATUS):
+            return True
+        # Only explicit chaining (`raise ... from`): an error raised while handling another is
+        # about what it says, not about the one before.
+        error = error.__cause__
+    return False
+
+
+def read_with_retries(what: str, read: Callable):
+    """read(), retried with backoff while it fails with storage errors that may pass."""
+    for attempt in range(1, READ_ATTEMPTS + 1):
+        try:
+            return read()
+        except Exception as e:  # whatever the storage stack raises; sorted by is_transient
+            if not is_transient(e):
+                raise
+            if attempt == READ_ATTEMPTS:
+                raise StorageUnavailable(
+                    f"reading {what} failed {READ_ATTEMPTS} times with storage errors "
+                    f"({type(e).__name__}: {_first_line(e)}); that is not damage, so nothing was "
+                    "moved; rerun the same command once the storage answers again"
+                ) from e
+            delay = READ_BACKOFF_S * 2 ** (attempt - 1)
+            logging.warning(
+                "reading %s: %s: %s (attempt %d of %d); retrying in %.0f s",
+                what, type(e).__name__, _first_line(e), attempt, READ_ATTEMPTS, delay,
+            )  # fmt: skip
+            time.sleep(delay)
+
+
+_OK, _DAMAGED, _UNREADABLE = 0, 1, 2
+
+
+def restore_newest(directory: str, steps, attempt: Callable, reload: Callable):
+    """(step, state) from the newest of `steps` that attempt(step) restores, or (None, None).
+
+    Every process reads; their verdicts are combined (the worst wins) so that all of them
+    resume from the same step or stop together. A usage error (another model, another number of
+    processes) propagates from every process alike, since each reads the same files.
+    """
+    for step in sorted(steps, reverse=True):
+        state, error, verdict = None, None, _OK
+        try:
+            state = read_with_retries(
+                f"{step_name(step)} under {directory}", functools.partial(attempt, step)
+            )
+        except UsageError:
+            raise
+        except StorageUnavailable as e:
+            error, verdict = e, _UNREADABLE
+        except Exception as e:  # tensorstore, orbax, msgpack and json raise many types on damage
+            error, verdict = e, _DAMAGED
+        agreed = _worst_across_processes(verdict)
+        if agreed == _OK:
+            return step, state
+        if agreed == _UNREADABLE:
+            raise (
+                error
+                if verdict == _UNREADABLE
+                else StorageUnavailable(
+                    f"another process could not read {step_name(step)} under {directory} (storage "
+                    "errors, see its log); nothing was moved; rerun once the storage answers again"
+                )
+            )
+        set_aside(directory, step, error or "another process could not read it; see its log")
+        reload()
+    return None, None
+
+
+def _worst_across_processes(verdict: int) -> int:
+    if jax.process_count() == 1:
+        return verdict
+    return int(np.max(multihost_utils.process_allgather(np.int32(verdict))))
+
+
+def _barrier(name: str) -> None:
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)
+
+
+def set_aside(directory: str, step: int, reason) -> None:
+    """Moves a damaged checkpoint to <job_dir>/checkpoints_damaged/ and says why in one line.
+
+    Process 0 alone moves it (on shared storage every process sees the same directory), after
+    every process has finished reading it and before any lists the checkpoints again.
+    """
     name = step_name(step)
-    aside = os.path.join(os.path.dirname(directory), SET_ASIDE_DIR, name)
-    os.makedirs(os.path.dirname(aside), exist_ok=True)
-    shutil.move(os.path.join(directory, name), aside)
-    logging.error(
-        "checkpoint %s is damaged (%s: %s); moved to %s; trying the previous one",
-        name,
-        type(error).__name__,
-        str(error).splitlines()[0][:200] if str(error) else "",
-        aside,
-    )
+    _barrier(f"pax_set_aside_{name}_read")
+    if jax.process_index() == 0:
+        aside = os.path.join(os.path.dirname(directory), SET_ASIDE_DIR, name)
+        taken = 0
+        while os.path.exists(aside):  # set aside before: keep both
+            taken += 1
+            aside = os.path.join(os.path.dirname(directory), SET_ASIDE_DIR, f"{name}.{taken}")
+        os.makedirs(os.path.dirname(aside), exist_ok=True)
+        shutil.move(os.path.join(directory, name), aside)
+        what = (
+            f"{type(reason).__name__}: {_first_line(reason)}"
+            if isinstance(reason, BaseException)
+            else reason
+        )
+        logging.error(
+            "checkpoint %s is damaged (%s); moved to %s; trying the previous one",
+            name, what, aside,
+        )  # fmt: skip
+    _barrier(f"pax_set_aside_{name}_moved")
+
+
+def check_compatible(where: str, saved, abstract_state) -> None:
+    """UsageError naming the first differences when the saved tree of arrays (shapes, dtypes)
+    is not the one this run would restore into: another model wrote it."""
+    ours, theirs = _arrays(abstract_state), _arrays(saved)
+    differences = [
+        f"{path} is {_describe(theirs[path])} there, {_describe(ours[path])} in this run"
+        for path in sorted(ours.keys() & theirs.keys(), key=_params_first)
+        if ours[path] != theirs[path]
+    ]
+    differences += [f"this run has {p}, the checkpoint does not" for p in
+                    sorted(ours.keys() - theirs.keys(), key=_params_first)]  # fmt: skip
+    differences += [f"the checkpoint has {p}, this run does not" for p in
+                    sorted(theirs.keys() - ours.keys(), key=_params_first)]  # fmt: skip
+    if differences:
+        more = f" (and {len(differences) - 1} more)" if len(differences) > 1 else ""
+        raise UsageError(
+            f"{where} was written by another model: {differences[0]}{more}; nothing was moved. "
+            "Use a new --job_log_dir for this model, or resume with the experiment and --set "
+            "values that wrote it"
+        )
+
+
+def _arrays(tree) -> dict:
+    """{'params/layers/ffn/wi': (shape, dtype)}: paths spelled alike for the run's abstract state
+    (dicts, tuples, named tuples) and orbax's metadata (dicts and lists)."""
+    return {
+        "/".join(_key_name(k) for k in path): (tuple(leaf.shape), np.dtype(leaf.dtype))
+        for path, leaf in tree_util.tree_leaves_with_path(tree)
+    }
+
+
+def _key_name(key) -> str:
+    for attribute in ("key", "name", "idx"):  # DictKey, GetAttrKey, SequenceKey
+        if hasattr(key, attribute):
+            return str(getattr(key, attribute))
+    return str(key)
+
+
+def _params_first(path: str):
+    return (not path.startswith("params/"), path)
+
+
+def _describe(array) -> str:
+    shape, dtype = array
+    return f"{list(shape)} {dtype}"
+
+
+def _first_line(error) -> str:
+    text = str(error)
+    return text.splitlines()[0][:200] if text else ""
 
 
 class _AsBytes:

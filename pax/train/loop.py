@@ -17,7 +17,7 @@ from pax.models.transformer import ACTIVATIONS, REMAT_POLICIES, TransformerLm
 from pax.optim import optimizers, schedules
 from pax.parallel import pipeline
 from pax.parallel.mesh import build_mesh
-from pax.train import manifest, mfu, placement, preemption
+from pax.train import job_config, manifest, mfu, placement, preemption
 from pax.train import state as state_lib
 from pax.train import summaries as summaries_lib
 
@@ -170,22 +170,28 @@ def _evaluate(run: Run, place, variables) -> dict:
     return results
 
 
+def _config(run: Run, experiment_name: str) -> dict:
+    """What config.json records: the fully resolved experiment."""
+    return {
+        "experiment": experiment_name,
+        "task": config_lib.to_dict(run.task),
+        "datasets": [config_lib.to_dict(d) for d in run.datasets],
+    }
+
+
 def _setup(run: Run, job_dir: str, experiment_name: str):
-    """Creates the job directory with config.json and manifest.json; returns (peak, summaries)."""
+    """Creates the job directory with config.json and manifest.json; returns (peak, summaries).
+
+    Called once the job directory is known to hold this configuration's run (job_config.check,
+    and the checkpoint's own metadata when restoring), so it overwrites nothing of another run."""
+    config = _config(run, experiment_name)
     is_writer = jax.process_index() == 0
     if is_writer:
         os.makedirs(job_dir, exist_ok=True)
     devices = list(run.mesh.devices.flat)
     peak = mfu.peak_flops(devices, run.task.model.activation_dtype)
     if is_writer:
-        _write_json(
-            os.path.join(job_dir, "config.json"),
-            {
-                "experiment": experiment_name,
-                "task": config_lib.to_dict(run.task),
-                "datasets": [config_lib.to_dict(d) for d in run.datasets],
-            },
-        )
+        _write_json(os.path.join(job_dir, job_config.FILE), config)
         _write_json(
             os.path.join(job_dir, "manifest.json"), manifest.environment(devices, run.mesh, peak)
         )
@@ -241,25 +247,7 @@ class _StepTimer:
             self.start, self.steps = time.perf_counter(), 0
 
 
-def train(
-    run: Run,
-    job_dir: str,
-    experiment_name: str,
-    checkpoint_saving: bool = True,
-    on_summary=None,
-) -> dict:
-    """Train to NUM_TRAIN_STEPS, resuming from the newest good checkpoint in job_dir.
-
-    on_summary(step, values), if given, runs after each train summary and is not counted in the
-    next step time (benchmarks/bench.py interleaves other loops with the trainer's this way).
-
-    Returns the last train metrics. Raises Preempted after saving on SIGTERM/SIGINT,
-    NonFiniteError (NAN_POLICY=stop) and CheckpointError (a save failed).
-    """
-    peak, summaries = _setup(run, job_dir, experiment_name)
-    cfg = run.task.train
-    place = placement.for_run(run)
-    checkpointer = place.checkpointer(job_dir, checkpoint_saving)
+def _log_header(run: Run, place, experiment_name: str, peak: dict) -> None:
     logging.info(
         "%s: %.2fM parameters, %s over %s, global batch %d, peak %.3g FLOP/s (%s)",
         experiment_name,
@@ -277,13 +265,39 @@ def train(
             run.task.mesh.num_microbatches,
             pipeline.bubble_fraction(run.task.mesh.num_stages, run.task.mesh.num_microbatches),
         )
+
+
+def train(
+    run: Run,
+    job_dir: str,
+    experiment_name: str,
+    checkpoint_saving: bool = True,
+    on_summary=None,
+) -> dict:
+    """Train to NUM_TRAIN_STEPS, resuming from the newest good checkpoint in job_dir.
+
+    on_summary(step, values), if given, runs after each train summary and is not counted in the
+    next step time (benchmarks/bench.py interleaves other loops with the trainer's this way).
+
+    Returns the last train metrics. Raises Preempted after saving on SIGTERM/SIGINT,
+    NonFiniteError (NAN_POLICY=stop) and CheckpointError (a save failed).
+    """
+    # Another configuration's job directory is a usage error on every process, found before
+    # anything is written: first by config.json, then by the checkpoint's own metadata.
+    job_config.check(job_dir, _config(run, experiment_name))
+    cfg = run.task.train
+    place = placement.for_run(run)
+    checkpointer = place.checkpointer(job_dir, checkpoint_saving)
     stream = data.stream(run.train_data)  # C4: its position is saved with every checkpoint
     restored, state = checkpointer.restore_latest(place.abstract, stream)
+    peak, summaries = _setup(run, job_dir, experiment_name)
+    if jax.process_index() == 0:  # logs come from process 0 only
+        _log_header(run, place, experiment_name, peak)
     if state is None:
         state = place.init(cfg.seed)
-    else:
+    elif jax.process_index() == 0:
         logging.info("resumed from %s/checkpoint_%08d", checkpointer.directory, restored)
-    step = int(jax.device_get(state["step"]))
+    step = first_step = int(jax.device_get(state["step"]))
     state = place.place(state)
     tokens_per_step = run.global_batch * run.task.model.max_seq_len
     flops_per_step = mfu.flops_per_step(run.task.model, run.global_batch)
@@ -298,9 +312,9 @@ def train(
                 step += 1
                 timer.step_done(metrics)
                 unchecked.append((step, metrics["finite"]))
-                stop = (
-                    signals.requested
-                )  # read once: a signal landing mid-iteration waits for the next
+                # Every process gets the same answer at the same step (preemption.py), so all
+                # of them save this step together; a signal landing later waits for the next.
+                stop = signals.stop_at(step - first_step)
                 at_checkpoint = step % cfg.checkpoint_every_n_steps == 0 or step == total
                 at_summary = step % cfg.summary_every_n_steps == 0 or step == total
                 if at_checkpoint or at_summary or stop:
@@ -337,7 +351,7 @@ def train(
                     summaries.flush()
                     timer.restart()
                 if stop:
-                    raise preemption.Preempted(step, stop)
+                    raise preemption.Preempted(step, signals.reason())
     finally:
         summaries.close()
         checkpointer.close()
@@ -346,6 +360,7 @@ def train(
 
 def evaluate(run: Run, job_dir: str, experiment_name: str) -> dict:
     """Evaluate the newest checkpoint in job_dir on every eval split."""
+    job_config.check(job_dir, _config(run, experiment_name))  # before restore: names the fields
     place = placement.for_run(run)
     checkpointer = place.checkpointer(job_dir, saving=False)
     latest, state = (

@@ -1,6 +1,26 @@
-"""SIGTERM/SIGINT during training: note the request, let the loop finish the step and save."""
+"""SIGTERM/SIGINT during training: the loop finishes the step, saves and stops, at one step that
+every process agrees on.
 
+One process: the signal handler sets a flag that the loop reads after each step.
+
+Several processes: a scheduler may signal only some hosts, or signal them on either side of a
+step boundary; a process that stops alone leaves the others waiting in the next step's
+collectives, and the collective save never completes. jax's preemption service (the one orbax's
+CheckpointManager.reached_preemption and MaxText use) settles it: jax.distributed.initialize
+installs a SIGTERM notifier in every process, a notice on any host is spread through the
+coordination service, every process reports how far it got, and
+multihost_utils.reached_preemption_sync_point(i) is true on all of them at the same i, one past
+the furthest. So with several processes the loop leaves SIGTERM to jax (a Python handler would
+replace jax's) and forwards SIGINT to it as a SIGTERM.
+"""
+
+import os
 import signal
+
+import jax
+from jax.experimental import multihost_utils
+
+from pax.errors import UsageError
 
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: "try again"; rerunning the same command resumes
 
@@ -8,30 +28,57 @@ EXIT_PREEMPTED = 75  # EX_TEMPFAIL: "try again"; rerunning the same command resu
 class Preempted(Exception):
     """Training stopped on a signal after saving a checkpoint at `step`."""
 
-    def __init__(self, step: int, signal_name: str):
+    def __init__(self, step: int, reason: str):
         super().__init__(
-            f"{signal_name} at step {step}: checkpoint saved; rerun the same command to resume"
+            f"{reason} at step {step}: checkpoint saved; rerun the same command to resume"
         )
         self.step = step
 
 
 class SignalCatcher:
-    """Within `with`, SIGTERM and SIGINT set `requested` instead of killing the process."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    """Within `with`, SIGTERM and SIGINT ask the loop to stop; `stop_at(i)` (call it after every
+    step, i counting the steps this process has run, from 1) says when, the same i on every
+    process."""
 
     def __init__(self):
-        self.requested = None
+        self.requested = None  # the signal this process received, by name
+        self._collective = jax.process_count() > 1
         self._previous = {}
 
     def _handle(self, signum, _frame):
         self.requested = signal.Signals(signum).name
+        if self._collective:
+            os.kill(os.getpid(), signal.SIGTERM)  # to jax's notifier, which tells the others
 
     def __enter__(self):
-        for sig in self.SIGNALS:
+        signals = (signal.SIGINT,) if self._collective else (signal.SIGTERM, signal.SIGINT)
+        if self._collective:
+            try:  # iteration 0: no step run yet, which is also where jax's count starts
+                multihost_utils.reached_preemption_sync_point(0)
+            except RuntimeError as e:  # the service is off (jax_enable_preemption_service)
+                raise UsageError(
+                    f"a multi-process run agrees on its stop step through jax's preemption "
+                    f"service ({e}); leave jax_enable_preemption_service on"
+                ) from None
+        for sig in signals:
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+    def stop_at(self, iteration: int) -> bool:
+        """Whether to save and stop after this process's `iteration`-th step.
+
+        Counted per run rather than by global step: jax's protocol takes the count a process
+        last reported (0 before its first call), so a notice that lands while restoring or
+        compiling still stops every process after its first step."""
+        if self._collective:
+            return multihost_utils.reached_preemption_sync_point(iteration)
+        return self.requested is not None
+
+    def reason(self) -> str:
+        if self._collective:
+            return f"a preemption notice (SIGTERM to any of the {jax.process_count()} processes)"
+        return self.requested

@@ -1,12 +1,20 @@
-"""Two processes on 127.0.0.1 (gloo CPU collectives) train exactly as one process does."""
+"""Two processes on 127.0.0.1 (gloo CPU collectives) train exactly as one process does, set a
+damaged checkpoint aside once, and stop at one agreed step when SIGTERM reaches only one of them
+or reaches them at different steps."""
 
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
+
+from pax.train import preemption
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMON = ["--exp=LmCloudSpmdTiny"] + [
@@ -57,26 +65,7 @@ def test_two_processes_match_one(tmp_path):
         timeout=300,
     )
     assert single.returncode == 0, single.stderr[-2000:]
-    addr = f"127.0.0.1:{_free_port()}"
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pax.main",
-                *COMMON,
-                f"--job_log_dir={two}",
-                f"--server_addr={addr}",
-                "--num_hosts=2",
-                f"--host_idx={i}",
-            ],
-            env=_env(4),
-            cwd=ROOT,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
+    procs = _pair(two)
     logs = [p.communicate(timeout=300)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
     # Same global batch (8 rows over 8 devices), same mesh: identical losses, and one set of
@@ -87,8 +76,95 @@ def test_two_processes_match_one(tmp_path):
         assert y["loss"] == pytest.approx(x["loss"], rel=1e-5)
     assert sorted(os.listdir(two / "checkpoints")) == ["checkpoint_00000002", "checkpoint_00000004"]
     assert "step 4/4" in logs[0] and "step 4/4" not in logs[1]
+    assert "M parameters" in logs[0] and "M parameters" not in logs[1]  # the run header
     manifest = json.loads((two / "manifest.json").read_text())
     assert manifest["devices"]["count"] == 8 and manifest["devices"]["process_count"] == 2
+
+    # A damaged newest checkpoint on shared storage: both processes find it unreadable, agree,
+    # and process 0 alone moves it aside (and says so); both resume from checkpoint 2.
+    _truncate(two / "checkpoints" / "checkpoint_00000004")
+    procs = _pair(two, "--set=NUM_TRAIN_STEPS=5")
+    logs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
+    assert os.listdir(two / "checkpoints_damaged") == ["checkpoint_00000004"]
+    assert "checkpoint_00000004 is damaged" in logs[0]
+    assert "is damaged" not in logs[1]
+    assert f"resumed from {two}/checkpoints/checkpoint_00000002" in logs[0]
+    assert [r["step"] for r in _rows(two) if r["split"] == "train"][4:] == [3, 4, 5]
+
+
+def _pair(job_dir, *extra, common=COMMON):
+    """pax.main as processes 0 and 1 of one job on loopback, stderr piped."""
+    addr = f"127.0.0.1:{_free_port()}"
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "pax.main", *common, *extra, f"--job_log_dir={job_dir}"]
+            + [f"--server_addr={addr}", "--num_hosts=2", f"--host_idx={i}"],
+            env=_env(4),
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+
+
+def _truncate(checkpoint_dir):
+    for root, _, files in os.walk(checkpoint_dir):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "r+b") as f:
+                f.truncate(os.path.getsize(path) // 2)
+
+
+STEP_LINE = re.compile(r"step (\d+)/\d+ ")
+PREEMPTED = re.compile(r"preempted: .* at step (\d+): checkpoint saved")
+
+
+@pytest.mark.parametrize(
+    "signal_at",
+    [{1: 3}, {1: 3, 0: 4}],
+    ids=["sigterm-to-process-1-only", "sigterm-to-both-at-different-steps"],
+)
+def test_preemption_stops_every_process_at_one_step(tmp_path, signal_at):
+    """signal_at: process -> the step (as process 0 logs it) after which it gets SIGTERM."""
+    long_run = [a for a in COMMON if "NUM_TRAIN_STEPS" not in a and "CHECKPOINT_EVERY" not in a]
+    long_run += ["--set=NUM_TRAIN_STEPS=1000", "--set=CHECKPOINT_EVERY_N_STEPS=1000"]
+    procs = _pair(tmp_path, common=long_run)
+    logs = [[], []]
+    readers = [
+        threading.Thread(target=lambda i=i: logs[i].extend(procs[i].stderr), daemon=True)
+        for i in range(2)
+    ]
+    for reader in readers:
+        reader.start()
+    pending = dict(signal_at)
+    deadline = time.monotonic() + 300
+    while pending and time.monotonic() < deadline and procs[0].poll() is None:
+        steps = [int(m.group(1)) for line in list(logs[0]) for m in [STEP_LINE.search(line)] if m]
+        for i, at in list(pending.items()):
+            if steps and steps[-1] >= at:
+                procs[i].send_signal(signal.SIGTERM)
+                del pending[i]
+        time.sleep(0.05)
+    codes = [p.wait(timeout=300) for p in procs]
+    for reader in readers:
+        reader.join(timeout=10)
+    text = ["".join(log) for log in logs]
+    assert codes == [preemption.EXIT_PREEMPTED] * 2, text[0][-3000:] + text[1][-3000:]
+    # Each process names the step it saved; they are one step, the checkpoint is that step's,
+    # and training went no further.
+    [(saved_0,)] = [m.groups() for m in PREEMPTED.finditer(text[0])]
+    [(saved_1,)] = [m.groups() for m in PREEMPTED.finditer(text[1])]
+    saved = int(saved_0)
+    assert saved == int(saved_1) and saved >= max(signal_at.values())
+    assert os.listdir(tmp_path / "checkpoints") == [f"checkpoint_{saved:08d}"]
+    assert max(r["step"] for r in _rows(tmp_path) if r["split"] == "train") == saved
+    if len(signal_at) == 1:  # and the job resumes there
+        procs = _pair(tmp_path, f"--set=NUM_TRAIN_STEPS={saved + 2}", common=long_run)
+        resumed = [p.communicate(timeout=300)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], resumed[0][-3000:] + resumed[1][-3000:]
+        assert f"resumed from {tmp_path}/checkpoints/checkpoint_{saved:08d}" in resumed[0]
 
 
 def test_bad_host_index_is_a_usage_error(tmp_path):

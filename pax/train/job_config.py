@@ -1,0 +1,95 @@
+"""config.json: the resolved experiment a job directory was started with, checked on resume.
+
+Rerunning the same command resumes; rerunning with another configuration in the same directory
+would silently mix two runs (or, before this check, set every checkpoint aside as damaged), so
+it is a usage error that names what differs, and nothing in the directory is touched. Fields
+that only say how long to run, how often to report and how to keep files may change between
+runs: they do not change what the checkpoints mean.
+"""
+
+import json
+import os
+
+from pax.errors import UsageError
+from pax.experiments.base import BaseExperiment
+
+FILE = "config.json"
+# Leaf names (any nesting) a resumed run may change. Upper-case hyper-parameter spellings, should
+# config.json ever carry them, are the same names upper-cased.
+RESUMABLE = frozenset({
+    "num_train_steps", "summary_every_n_steps", "eval_every_n_steps", "eval_num_batches",
+    "checkpoint_every_n_steps", "checkpoint_max_to_keep", "async_checkpointing", "nan_policy",
+    "bad_record_policy", "data_dir",
+})  # fmt: skip
+
+
+def as_written(config: dict) -> dict:
+    """`config` as it reads back from config.json (tuples become lists, odd types strings)."""
+    return json.loads(json.dumps(config, default=str))
+
+
+def check(job_dir: str, config: dict) -> None:
+    """UsageError if job_dir/config.json describes another configuration than `config`."""
+    path = os.path.join(job_dir, FILE)
+    try:
+        with open(path) as f:
+            written = json.load(f)
+    except FileNotFoundError:
+        return
+    except ValueError as e:
+        raise UsageError(
+            f"{path} is not JSON ({e}); it records what this job directory holds: restore it, "
+            "or use a new --job_log_dir"
+        ) from None
+    differences = [d for d in _differences(written, as_written(config)) if not _resumable(d[0])]
+    if not differences:
+        return
+    path_name, before, now = differences[0]
+    more = f" (and {len(differences) - 1} more)" if len(differences) > 1 else ""
+    back = [_set_back(p, old) for p, old, _ in differences]
+    back = " ".join(b for b in back if b)
+    raise UsageError(
+        f"{job_dir} holds a run of another configuration: {path_name} is {json.dumps(before)} "
+        f"in its {FILE}, {json.dumps(now)} in this run{more}; nothing was changed. Use a new "
+        f"--job_log_dir for this configuration"
+        + (
+            f", or resume that run with {back}"
+            if back
+            else ", or resume with the experiment and --set values its config.json records"
+        )
+    )
+
+
+def _differences(before, now, path=""):
+    """[(dotted path, before, now)] of the leaves that differ."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        out = []
+        for key in sorted(before.keys() | now.keys()):
+            sub = f"{path}.{key}" if path else key
+            out += _differences(before.get(key), now.get(key), sub)
+        return out
+    if isinstance(before, list) and isinstance(now, list) and len(before) == len(now):
+        return [
+            d
+            for i, (b, n) in enumerate(zip(before, now))
+            for d in _differences(b, n, f"{path}[{i}]")
+        ]
+    return [] if before == now else [(path, before, now)]
+
+
+def _resumable(path: str) -> bool:
+    return path.rsplit(".", 1)[-1].lower() in RESUMABLE
+
+
+def _set_back(path: str, value) -> str:
+    """`--set NAME=VALUE` restoring a field when its name is a hyper-parameter's, else ''."""
+    name = path.rsplit(".", 1)[-1].upper()
+    if not hasattr(BaseExperiment, name):
+        return ""
+    if isinstance(value, str) and value.isidentifier():
+        literal = value  # a bare word is a string to --set
+    elif isinstance(value, list):
+        literal = json.dumps(value, separators=(",", ":"))
+    else:
+        literal = repr(value)
+    return f"--set {name}={literal}"

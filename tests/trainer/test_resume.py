@@ -1,0 +1,206 @@
+"""Resuming tells damage from mismatch (issue: restarts you can trust on real schedulers).
+
+A job directory rerun with another configuration is a usage error and stays as it was; a
+checkpoint written by another model is one too; storage errors that may pass are retried and
+never taken for damage; only a checkpoint that cannot be read for a reason of its own is set
+aside, with the reason in the log.
+"""
+
+import errno
+import logging
+import os
+import subprocess
+import sys
+
+import jax
+import orbax.checkpoint as ocp
+import pytest
+
+from pax.checkpoint import manager
+from pax.errors import UsageError
+from pax.train import loop
+from tests.trainer.helpers import Tiny, derive, read_metrics
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _train(job_dir, experiment=Tiny):
+    return loop.train(
+        loop.prepare(experiment(), devices=jax.devices()[:1]), str(job_dir), "tests.Tiny"
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A finished Tiny run (checkpoints 3 and 6), copied fresh for each test that changes it."""
+    job = tmp_path_factory.mktemp("trained")
+    _train(job)
+    return job
+
+
+@pytest.fixture
+def job(trained, tmp_path):
+    subprocess.run(["cp", "-a", f"{trained}/.", str(tmp_path)], check=True)
+    return tmp_path
+
+
+def _snapshot(job_dir):
+    """Every file under job_dir with its size, modification time and (small files) bytes."""
+    out = {}
+    for root, _, files in os.walk(job_dir):
+        for name in files:
+            path = os.path.join(root, name)
+            stat = os.stat(path)
+            small = open(path, "rb").read() if stat.st_size < 65536 else b""
+            out[os.path.relpath(path, job_dir)] = (stat.st_size, stat.st_mtime_ns, small)
+    return out
+
+
+def _main(job_dir, *sets):
+    args = ["NUM_LAYERS=2", "MODEL_DIMS=64", "HIDDEN_DIMS=128", "SEQ_LEN=32", "NUM_TRAIN_STEPS=4"]
+    return subprocess.run(
+        [sys.executable, "-m", "pax.main", "--exp=LmCloudSpmdTiny", f"--job_log_dir={job_dir}"]
+        + [f"--set={a}" for a in args + list(sets)]
+        + ["--set=CHECKPOINT_EVERY_N_STEPS=2", "--set=EVAL_EVERY_N_STEPS=2"],
+        env={
+            **os.environ,
+            "PYTHONPATH": ROOT,
+            "JAX_PLATFORMS": "cpu",
+            "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+        },
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_another_configuration_exits_2_naming_the_field_and_changes_nothing(tmp_path):
+    # The issue's case: checkpoints 2 and 4, then the same job directory with NUM_LAYERS=3.
+    first = _main(tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = _snapshot(tmp_path)
+    result = _main(tmp_path, "NUM_LAYERS=3")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [
+        f"pax: error: {tmp_path} holds a run of another configuration: task.model.num_layers is "
+        "2 in its config.json, 3 in this run; nothing was changed. Use a new --job_log_dir for "
+        "this configuration, or resume that run with --set NUM_LAYERS=2"
+    ]
+    assert _snapshot(tmp_path) == before
+    assert not os.path.exists(tmp_path / "checkpoints_damaged")
+
+
+@pytest.mark.parametrize(
+    "change,named,back",
+    [
+        ({"USE_FP8": True}, "task.model.use_fp8 is false in its config.json, true in this run;",
+         "or resume that run with --set USE_FP8=False"),
+        ({"LEARNING_RATE": 0.5, "ACTIVATION": "relu"},
+         'task.model.activation is "gelu" in its config.json, "relu" in this run (and 1 more);',
+         "or resume that run with --set ACTIVATION=gelu --set LEARNING_RATE=0.003"),
+        ({"FPROP_DTYPE": "bfloat16"}, "task.model.activation_dtype is",
+         "or resume with the experiment and --set values its config.json records"),
+    ],
+)  # fmt: skip
+def test_config_json_differences_are_usage_errors(job, change, named, back):
+    before = _snapshot(job)
+    with pytest.raises(UsageError) as error:
+        _train(job, derive(Tiny, **change))
+    assert named in str(error.value) and str(error.value).endswith(back)
+    assert _snapshot(job) == before
+
+
+def test_run_length_and_cadence_may_change_on_resume(job):
+    _train(job, derive(Tiny, NUM_TRAIN_STEPS=7, SUMMARY_EVERY_N_STEPS=7, CHECKPOINT_MAX_TO_KEEP=5))
+    assert [m["step"] for m in read_metrics(job)] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_another_model_in_the_checkpoint_is_a_usage_error_without_config_json(job):
+    # An older job directory, or one whose config.json was lost: the checkpoint's own metadata
+    # (tree, shapes, dtypes) still tells that another model wrote it.
+    os.remove(job / "config.json")
+    before = _snapshot(job)
+    with pytest.raises(UsageError, match=(
+        r"checkpoint_00000006 was written by another model: params/layers/\S+ is \[2, .*\] "
+        r"float32 there, \[3, .*\] float32 in this run \(and \d+ more\); nothing was moved"
+    )):  # fmt: skip
+        _train(job, derive(Tiny, NUM_LAYERS=3))
+    with pytest.raises(UsageError, match=r"this run has _overwrite_with_gradient/"):
+        _train(job, derive(Tiny, USE_FP8=True))
+    assert _snapshot(job) == before
+
+
+def _truncate(checkpoint_dir):
+    for root, _, files in os.walk(checkpoint_dir):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "r+b") as f:
+                f.truncate(os.path.getsize(path) // 2)
+
+
+def test_truncated_checkpoint_is_set_aside_with_its_reason_in_the_log(job, caplog):
+    _truncate(job / "checkpoints" / "checkpoint_00000006")
+    with caplog.at_level(logging.ERROR):
+        _train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
+    assert os.path.isdir(job / "checkpoints_damaged" / "checkpoint_00000006")
+    [record] = [r for r in caplog.records if "is damaged" in r.getMessage()]
+    assert record.getMessage().startswith("checkpoint checkpoint_00000006 is damaged (")
+    assert "moved to" in record.getMessage()
+    assert [m["step"] for m in read_metrics(job)][6:] == [4, 5, 6, 7]
+
+
+def _flaky_restore(monkeypatch, failures):
+    """orbax's restore fails with a storage timeout `failures` times, then works."""
+    calls = {"n": 0}
+    real = ocp.CheckpointManager.restore
+
+    def restore(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] <= failures:
+            raise OSError(errno.ETIMEDOUT, "Connection timed out", "/mnt/runs/ckpt")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "restore", restore)
+    monkeypatch.setattr(manager, "READ_BACKOFF_S", 0.0)
+    return calls
+
+
+def test_storage_timeouts_are_retried_not_taken_for_damage(job, monkeypatch):
+    calls = _flaky_restore(monkeypatch, failures=manager.READ_ATTEMPTS - 1)
+    _train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
+    assert calls["n"] == manager.READ_ATTEMPTS
+    assert not os.path.exists(job / "checkpoints_damaged")
+    assert [m["step"] for m in read_metrics(job)][6:] == [7]  # resumed at 6
+
+
+def test_storage_that_stays_down_stops_the_run_and_moves_nothing(job, monkeypatch):
+    _flaky_restore(monkeypatch, failures=10**6)
+    before = _snapshot(job)
+    with pytest.raises(manager.StorageUnavailable, match=(
+        r"reading checkpoint_00000006 under .* failed 4 times with storage errors "
+        r"\(TimeoutError: .*\); that is not damage, so nothing was moved"
+    )):  # fmt: skip
+        _train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
+    after = _snapshot(job)
+    # config.json and manifest.json are rewritten as they were (same content); nothing else moved.
+    assert {k: v[0] for k, v in after.items()} == {k: v[0] for k, v in before.items()}
+    assert all(after[k] == before[k] for k in before if k.startswith("checkpoints/"))
+
+
+@pytest.mark.parametrize(
+    "error,transient",
+    [
+        (OSError(errno.EIO, "Input/output error"), True),
+        (OSError(errno.ESTALE, "Stale file handle"), True),
+        (ConnectionResetError(), True),
+        (ValueError("UNAVAILABLE: Connection reset by peer [source locations='...']"), True),
+        (FileNotFoundError(errno.ENOENT, "No such file"), False),
+        (ValueError("Unexpected end of data while reading the metadata"), False),
+    ],
+)
+def test_which_errors_may_pass(error, transient):
+    assert manager.is_transient(error) is transient
+    wrapped = RuntimeError("restore failed")
+    wrapped.__cause__ = error
+    assert manager.is_transient(wrapped) is transient
