@@ -82,11 +82,17 @@ def test_another_configuration_exits_2_naming_the_field_and_changes_nothing(tmp_
     before = _snapshot(tmp_path)
     result = _main(tmp_path, "NUM_LAYERS=3")
     assert result.returncode == 2, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines() == [
-        f"pax: error: {tmp_path} holds a run of another configuration: task.model.num_layers is "
-        "2 in its config.json, 3 in this run; nothing was changed. Use a new --job_log_dir for "
-        "this configuration, or resume that run with --set NUM_LAYERS=2"
-    ]
+    # The error is one line, the last (the environment line before it is the run's first log).
+    lines = result.stderr.strip().splitlines()
+    assert (
+        [line for line in lines if line.startswith("pax: error:")]
+        == lines[-1:]
+        == [
+            f"pax: error: {tmp_path} holds a run of another configuration: task.model.num_layers is "
+            "2 in its config.json, 3 in this run; nothing was changed. Use a new --job_log_dir for "
+            "this configuration, or resume that run with --set NUM_LAYERS=2"
+        ]
+    )
     assert _snapshot(tmp_path) == before
     assert not os.path.exists(tmp_path / "checkpoints_damaged")
 
