@@ -88,8 +88,8 @@ def test_flax_file_checkpoint_of_another_model_is_a_usage_error_and_is_kept(tmp_
     other = {**_state(), "params": {"w": jnp.zeros((4, 3))}}
     with pytest.raises(
         UsageError,
-        match=r"\['params'\]\['w'\] of shape \(2, 3\), the experiment "
-        r"\(4, 3\).*new --job_log_dir",
+        match=r"checkpoint_00000001 was written by another model: params/w is \[2, 3\] float32 "
+        r"there, \[4, 3\] float32 in this run; nothing was moved. Use a new --job_log_dir",
     ):
         ckpt.restore_latest(_abstract(other))
     assert ckpt.all_steps() == [1]
