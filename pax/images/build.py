@@ -126,7 +126,13 @@ def _sbom_python() -> str:
 
 
 def write_sbom(
-    release: str, platform: str, lock: Path, wheelhouse: Path, pax_wheel: Path, out: Path
+    release: str,
+    platform: str,
+    lock: Path,
+    wheelhouse: Path,
+    pax_wheel: Path,
+    out: Path,
+    verify_hashes: bool = True,
 ) -> str:
     """Generate the SBOM into out (pax.images.sbom, in an interpreter that has the library);
     returns its sha256."""
@@ -142,6 +148,7 @@ def write_sbom(
             f"--platform={platform}",
             f"--epoch={source_date_epoch()}",
             f"--out={out}",
+            *([] if verify_hashes else ["--no-verify-hashes"]),
         ],
         capture_output=True,
         text=True,
@@ -150,7 +157,10 @@ def write_sbom(
     )
     if r.returncode != 0:
         last = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()][-1:] or [""]
-        raise ImageError(f"writing the SBOM failed: {last[0].removeprefix('pax images: error: ')}")
+        msg = last[0].removeprefix("pax images: error: ")
+        if msg.startswith("wheel hash mismatch"):
+            raise ImageError(f"{msg}; no image tagged")
+        raise ImageError(f"writing the SBOM failed: {msg}")
     digest = sha256_file(out)
     if r.stdout.strip() != digest:
         raise ImageError(f"the SBOM at {out} changed while it was written")
@@ -216,7 +226,13 @@ def build(
         pax_wheel = build_pax_wheel(ctx / "paxwheel")
         stage_context(release, platform, wheelhouse, pax_wheel, ctx / "context")
         sbom_sha = write_sbom(
-            release, platform, lock, wheelhouse, pax_wheel, ctx / "context" / "sbom.cdx.json"
+            release,
+            platform,
+            lock,
+            wheelhouse,
+            pax_wheel,
+            ctx / "context" / "sbom.cdx.json",
+            verify_hashes=check_hashes,
         )
         cmd = [
             "build",

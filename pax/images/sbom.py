@@ -68,9 +68,12 @@ def generate(
     release: str,
     platform: str,
     epoch: int,
+    verify_hashes: bool = True,
 ) -> str:
     """The SBOM as JSON text. The wheelhouse must hold exactly the lock's wheels (the build
-    checks it first); a wheel whose sha256 the lock does not list is refused here too."""
+    checks it first); a wheel whose sha256 the lock does not list is refused here too, unless
+    verify_hashes is off (the build then relies on pip's --require-hashes alone, and the SBOM
+    records each wheel's own digest)."""
     from cyclonedx.contrib.license.factories import LicenseFactory
     from cyclonedx.contrib.this.builders import this_component
     from cyclonedx.model import HashAlgorithm, HashType, Property
@@ -116,8 +119,11 @@ def generate(
         wheel = wheels.get(name)
         if wheel is None:
             raise ImageError(f"SBOM: no wheel for {name}=={pin.version} in {wheelhouse}")
-        if f"sha256:{lockfile.sha256_file(wheel)}" not in pin.hashes:
-            raise ImageError(f"SBOM: {wheel.name} has a sha256 that {lock} does not list")
+        if verify_hashes and f"sha256:{lockfile.sha256_file(wheel)}" not in pin.hashes:
+            raise ImageError(
+                f"wheel hash mismatch: {wheel.name} has a sha256 that {lock} does not list "
+                f"(tampered or corrupt wheelhouse); delete {wheelhouse} and rerun"
+            )
         metas[name] = _wheel_metadata(wheel)
         parts[name] = component(name, pin.version, wheel, metas[name])
     pax_meta = _wheel_metadata(pax_wheel)
@@ -239,9 +245,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--platform", required=True)
     p.add_argument("--epoch", type=int, required=True, help="SOURCE_DATE_EPOCH: the timestamp")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument(
+        "--no-verify-hashes",
+        action="store_true",
+        help="record each wheel's own digest without checking it against the lock",
+    )
     a = p.parse_args(argv)
     try:
-        text = generate(a.lock, a.wheelhouse, a.pax_wheel, a.release, a.platform, a.epoch)
+        text = generate(
+            a.lock,
+            a.wheelhouse,
+            a.pax_wheel,
+            a.release,
+            a.platform,
+            a.epoch,
+            verify_hashes=not a.no_verify_hashes,
+        )
     except ImageError as e:
         print(f"pax images: error: {e}", file=sys.stderr)
         return 1

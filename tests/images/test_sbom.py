@@ -5,6 +5,7 @@ the ways real wheels do. Validity is judged by cyclonedx-python-lib's strict JSO
 against the CycloneDX 1.6 schema it ships (tests/images/cyclonedx_schema.py).
 """
 
+import hashlib
 import json
 import zipfile
 
@@ -91,9 +92,17 @@ def test_a_wheel_the_lock_does_not_list_is_refused(inputs, tmp_path):
     with open(victim, "ab") as f:
         f.write(b"tampered")
     with pytest.raises(
-        ImageError, match="gamma-0.1-py3-none-any.whl has a sha256 that .* does not list"
+        ImageError,
+        match="wheel hash mismatch: gamma-0.1-py3-none-any.whl has a sha256 that .* does not list",
     ):
         _write(inputs, tmp_path / "sbom.json")
+    assert not (tmp_path / "sbom.json").exists()
+    # With the host checks off (the build then leans on pip's --require-hashes), the SBOM
+    # records the wheel's own digest, never the lock's: it describes what is in the context.
+    out = tmp_path / "unverified.json"
+    build.write_sbom("9.9.9", "tpu", lock, house, pax, out, verify_hashes=False)
+    gamma = next(c for c in json.loads(out.read_text())["components"] if c["name"] == "gamma")
+    assert gamma["hashes"][0]["content"] == hashlib.sha256(victim.read_bytes()).hexdigest()
 
 
 @pytest.mark.parametrize(
