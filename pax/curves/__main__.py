@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pax.curves.compare import CANNOT_JUDGE, judge, judge_recorded
+from pax.curves.compare import CANNOT_JUDGE, judge, judge_recorded, recorded_run
 from pax.curves.reference import load_reference, reference_for, reference_names
 from pax.curves.runs import CannotJudge, CurvesError, read_run
 
@@ -96,6 +96,7 @@ def calibration(name: str, out: str | None = None) -> int:
     if not ref.calibration:
         raise CurvesError(f"{ref.name}: no calibration runs recorded (held-out seeds, broken runs)")
     verdicts: dict[str, list] = {}
+    runs = []
     bad = 0
     print(
         f"{ref.name}: band of {ref.n} seeds, alpha {ref.alpha:g}, train window {ref.train_window}"
@@ -107,6 +108,7 @@ def calibration(name: str, out: str | None = None) -> int:
             label = f"{fault['name']}" if fault else f"held-out seed {entry.get('seed')}"
             verdict = judge_recorded(entry, ref)
             verdicts.setdefault(kind, []).append((label, verdict))
+            runs.append(recorded_run(entry, ref))
             expected_ok = kind == "held_out"
             wrong = verdict.ok != expected_ok
             bad += wrong
@@ -120,7 +122,7 @@ def calibration(name: str, out: str | None = None) -> int:
     if out:
         from pax.curves.draw import plot_calibration  # matplotlib only here
 
-        print(f"wrote {plot_calibration(ref, verdicts, out)}")
+        print(f"wrote {plot_calibration(ref, verdicts, runs, out)}")
     print("calibration " + ("holds" if not bad else f"FAILS: {bad} run(s) judged wrongly"))
     return 1 if bad else 0
 

@@ -251,10 +251,9 @@ def _decision(row: Row, limit: float) -> str:
     )
 
 
-def judge_recorded(entry: dict, ref: Reference) -> Verdict:
-    """The verdict on a run stored in a reference's calibration (curves only: a broken run
-    may have changed the config on purpose)."""
-    run = Run(
+def recorded_run(entry: dict, ref: Reference) -> Run:
+    """A run stored in a reference (its curves and where it came from) as a Run."""
+    return Run(
         job_dir=Path(entry.get("job_dir") or "?"),
         curves=entry["curves"],
         experiment=ref.experiment,
@@ -262,4 +261,10 @@ def judge_recorded(entry: dict, ref: Reference) -> Verdict:
         manifest={k: entry.get(k) for k in ("release", "lock_sha256", "devices")},
         fault=entry.get("fault"),
     )
+
+
+def judge_recorded(entry: dict, ref: Reference) -> Verdict:
+    """The verdict on a run stored in a reference's calibration (curves only: a broken run
+    may have changed the config on purpose)."""
+    run = recorded_run(entry, ref)
     return judge(run, ref, check_config=False, length=entry.get("num_train_steps"))

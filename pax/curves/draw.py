@@ -67,47 +67,46 @@ def plot(job_dirs, out_png, reference=None, title: str | None = None) -> Path:
     fig = Figure(figsize=(6 * max(len(splits), 1), 4.8), dpi=110, layout="constrained")
     axes = fig.subplots(1, max(len(splits), 1), squeeze=False)[0]
     for ax, split in zip(axes, splits):
-        if ref is not None:
-            _draw_regions(ax, ref, split)
-        for i, run in enumerate(runs):
-            color = COLORS[i % len(COLORS)]
-            series = run.series(split, CHECK_METRIC)
-            if not series:
-                continue
-            steps = sorted(series)
-            is_train = split == "train"
-            ax.plot(
-                steps,
-                [series[s] for s in steps],
-                color=color,
-                linewidth=0.9 if is_train and ref is not None else 1.4,
-                alpha=0.45 if is_train and ref is not None else 1.0,
-                marker=None if is_train else "o",
-                markersize=5,
-                label=_run_label(run, runs),
-            )
-            if is_train and ref is not None:
-                for stat in ref.stats:
-                    if stat.check.split == split and stat.check.is_window:
-                        v = stat.check.value(run.curves)
-                        if v is not None:
-                            ax.hlines(
-                                v,
-                                stat.check.steps[0],
-                                stat.check.steps[-1],
-                                color=color,
-                                linewidth=2.4,
-                            )
-        ax.set_xlabel("step")
-        ax.set_ylabel(CHECK_METRIC)
-        ax.set_title(
-            f"{split_label(split)} {CHECK_METRIC}"
-            + (" (window means judged)" if split == "train" and ref else "")
-        )
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="upper right")
+        _draw_split(ax, runs, ref, split)
     fig.suptitle(title or _title(runs, ref), fontsize=10)
     return _save(fig, out)
+
+
+def _draw_split(ax, runs: list[Run], ref: Reference | None, split: str) -> None:
+    if ref is not None:
+        _draw_regions(ax, ref, split)
+    for i, run in enumerate(runs):
+        color = COLORS[i % len(COLORS)]
+        series = run.series(split, CHECK_METRIC)
+        if not series:
+            continue
+        steps = sorted(series)
+        is_train = split == "train"
+        ax.plot(
+            steps,
+            [series[s] for s in steps],
+            color=color,
+            linewidth=0.9 if is_train and ref is not None else 1.4,
+            alpha=0.45 if is_train and ref is not None else 1.0,
+            marker=None if is_train else "o",
+            markersize=5,
+            label=_run_label(run, runs),
+        )
+        if is_train and ref is not None:  # the window means the verdict judges
+            for stat in ref.stats:
+                if stat.check.split == split and stat.check.is_window:
+                    v = stat.check.value(run.curves)
+                    if v is not None:
+                        a, b = stat.check.steps[0], stat.check.steps[-1]
+                        ax.hlines(v, a, b, color=color, linewidth=2.4)
+    ax.set_xlabel("step")
+    ax.set_ylabel(CHECK_METRIC)
+    ax.set_title(
+        f"{split_label(split)} {CHECK_METRIC}"
+        + (" (window means judged)" if split == "train" and ref else "")
+    )
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper right")
 
 
 def _draw_regions(ax, ref: Reference, split: str) -> None:
@@ -167,47 +166,59 @@ def _title(runs: list[Run], ref: Reference | None) -> str:
 
 
 def plot_calibration(
-    ref: Reference, verdicts: dict[str, list[tuple[str, Verdict]]], out_png
+    ref: Reference, verdicts: dict[str, list[tuple[str, Verdict]]], runs: list[Run], out_png
 ) -> Path:
-    """Each calibration run's deviation at every check, in seed stds, against the limit: the
-    held-out seeds must stay inside, the broken runs must leave."""
+    """The calibration runs' curves over the acceptance regions (top) and each one's deviation
+    at every check in seed stds against the limit (bottom): the held-out seeds must stay
+    inside, the broken runs must leave."""
     Figure = _matplotlib()
     out = _out(out_png)
-    fig = Figure(figsize=(11, 5), dpi=110, layout="constrained")
-    ax = fig.subplots()
+    splits = sorted({s.check.split for s in ref.stats}, key=lambda s: (s != "train", s))
+    fig = Figure(figsize=(6 * len(splits), 9.5), dpi=110, layout="constrained")
+    grid = fig.add_gridspec(2, len(splits))
+    for col, split in enumerate(splits):
+        _draw_split(fig.add_subplot(grid[0, col]), runs, ref, split)
+    ax = fig.add_subplot(grid[1, :])
     labels = [s.check.label for s in ref.stats]
     xs = list(range(len(labels)))
     limit = stats.tolerance(ref.alpha, len(ref.stats), ref.n)
     ax.axhspan(-limit, limit, color="0.85", label=f"inside: ±{limit:.2f} s (alpha {ref.alpha:g})")
-    styles = {
-        "held_out": dict(linestyle="-", marker="o"),
-        "broken": dict(linestyle="--", marker="x"),
-    }
-    i = 0
+    i, plotted = 0, []
     for kind, pairs in verdicts.items():
         for label, verdict in pairs:
             devs = {r.stat.check.label: r.dev for r in verdict.rows}
-            ys = [devs.get(lbl, math.nan) for lbl in labels]
-            ys = [
-                y if math.isfinite(y) else math.copysign(1e4, y) if not math.isnan(y) else math.nan
-                for y in ys
-            ]
+            ys = [_clip(devs.get(lbl, math.nan)) for lbl in labels]
+            plotted += ys
             ax.plot(
                 xs,
                 ys,
-                color=COLORS[i % len(COLORS)] if kind != "held_out" else "tab:green",
-                alpha=0.8,
-                label=f"{label} ({'pass' if verdict.ok else 'FAIL'})",
-                **styles.get(kind, {}),
+                color=COLORS[i % len(COLORS)],
+                linestyle="-" if kind == "held_out" else "--",
+                marker="o" if kind == "held_out" else "x",
+                alpha=0.85,
+                label=f"{label}: {'pass' if verdict.ok else 'FAIL'}",
             )
-            i += kind != "held_out"
-    ax.set_yscale("symlog", linthresh=limit)
-    ax.set_xticks(xs, labels, rotation=30, ha="right", fontsize=8)
+            i += 1
+    ax.set_yscale("symlog", linthresh=limit)  # linear inside the limit, logarithmic beyond
+    top = max([abs(y) for y in plotted if not math.isnan(y)] + [limit])
+    ticks = [t for t in (10.0, 100.0, 1000.0, 10000.0) if t < 2 * top]
+    ax.set_yticks(
+        [-limit, 0.0, limit, *ticks],
+        [f"-{limit:.2f}", "0", f"{limit:.2f}", *map("{:g}".format, ticks)],
+    )
+    ax.set_xticks(xs, labels, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("deviation from the seeds' mean (seed stds)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", ncol=2)
-    ax.set_title(
-        f"{ref.name}: {ref.n} band seeds; held-out seeds and broken runs judged against it",
+    fig.suptitle(
+        f"{ref.name}: band of {ref.n} seeds; held-out seeds and broken runs judged against it",
         fontsize=10,
     )
     return _save(fig, out)
+
+
+def _clip(y: float) -> float:
+    # A NaN or an infinite deviation (a NaN loss) is drawn at the edge of the chart.
+    if math.isnan(y):
+        return math.nan
+    return y if math.isfinite(y) else math.copysign(1e4, y)
