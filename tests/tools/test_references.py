@@ -52,7 +52,7 @@ def fake_python(tmp_path):
 def test_parse_args_defaults_and_ranges():
     args = refs.parse_args([])
     assert args.seeds == list(range(1, 11)) and args.held_out == [11, 12, 1234]
-    assert args.faults == list(refs.FAULTS) and args.fault_steps == 60
+    assert args.faults == list(refs.FAULTS) and args.fault_steps is None
     args = refs.parse_args(["--seeds=1-3,7", "--held-out", "none", "--faults", "lr_x10"])
     assert (args.seeds, args.held_out, args.faults) == ([1, 2, 3, 7], [], ["lr_x10"])
 
@@ -122,18 +122,23 @@ def test_records_band_held_out_and_broken_runs(tmp_path, fake_python):
         fake_python,
         {},
         "1.6.0",
-        refs.parse_args([*_argv(out), "--reuse"]),
+        refs.parse_args([*_argv(out), "--reuse", "--fault-steps=60"]),
         log=logs.append,
         root=tmp_path,
     )
     assert (tmp_path / "calls.txt").read_text().count("\n") == 1
     assert "seed3" in (tmp_path / "calls.txt").read_text()
-    # broken runs of another length are not reused
+    # broken runs of another length are not reused: without --fault-steps, the seeds' length
     (tmp_path / "calls.txt").unlink()
-    again = refs.parse_args([*_argv(out), "--reuse", "--fault-steps=80"])
-    refs.record(fake_python, {}, "1.6.0", again, log=logs.append, root=tmp_path)
+    again = refs.parse_args([*_argv(out), "--reuse"])
+    ref = refs.record(fake_python, {}, "1.6.0", again, log=logs.append, root=tmp_path)
     calls = (tmp_path / "calls.txt").read_text().splitlines()
-    assert len(calls) == 2 and all("NUM_TRAIN_STEPS=80" in c for c in calls)
+    assert len(calls) == 2 and not any("NUM_TRAIN_STEPS" in c for c in calls)
+    assert [b["num_train_steps"] for b in ref.calibration["broken"]] == [150, 150]
+    assert "--fault-steps" not in ref.recorded_by
+    (tmp_path / "calls.txt").unlink()
+    refs.record(fake_python, {}, "1.6.0", again, log=logs.append, root=tmp_path)
+    assert not (tmp_path / "calls.txt").exists()  # all reused now
 
 
 def _argv(out):
