@@ -35,7 +35,12 @@ def _relative(path: str | None, root: Path) -> str | None:
     try:
         return str(Path(path).resolve().relative_to(root.resolve()))
     except ValueError:
-        return path
+        pass
+    # A lockfile of another checkout (a shared env built elsewhere): its place in the repo.
+    parts = Path(path).parts
+    if "releases" in parts:
+        return str(Path(*parts[len(parts) - 1 - parts[::-1].index("releases") :]))
+    return path
 
 
 def _entry(rec: Recorded, root: Path) -> tuple[dict, dict, str | None]:

@@ -497,3 +497,17 @@ def test_cli_as_module_cannot_judge_a_missing_run(tmp_path):
     )
     assert out.returncode == 125 and out.stdout == ""
     assert out.stderr.strip().endswith("no such job directory") and out.stderr.count("\n") == 1
+
+
+def test_record_keeps_lockfiles_repo_relative(tmp_path, make_run):
+    # A shared env built from another checkout names that checkout's lockfile.
+    from pax.curves import record
+
+    dirs = [make_run(f"s{s}", seed=s) for s in (1, 2)]
+    manifest = json.loads((dirs[0] / "manifest.json").read_text())
+    manifest["lockfile"] = "/elsewhere/checkout/releases/1.6.0/cpu.txt"
+    (dirs[0] / "manifest.json").write_text(json.dumps(manifest))
+    ref = record.record(
+        [record.Recorded(d, "c") for d in dirs], "T", tmp_path / "t.json", root=tmp_path
+    )
+    assert [r["lockfile"] for r in ref.runs] == ["releases/1.6.0/cpu.txt"] * 2
