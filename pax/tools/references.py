@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pax.curves import CurvesError
 from pax.curves import record as curves_record
-from pax.curves.reference import Reference
+from pax.curves.reference import Reference, load_reference
 from pax.curves.runs import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,6 +90,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def _previous_walls(out: Path) -> dict[str, float]:
+    """Wall times of the runs the existing reference at `out` recorded, by job directory."""
+    try:
+        ref = load_reference(out)
+    except CurvesError:
+        return {}
+    runs = [*ref.runs, *(r for rs in ref.calibration.values() for r in rs)]
+    return {r["job_dir"]: r["wall_s"] for r in runs if r.get("job_dir") and r.get("wall_s")}
+
+
 def _length(job_dir: Path) -> int | None:
     try:
         return json.loads((job_dir / "config.json").read_text())["task"]["train"]["num_train_steps"]
@@ -126,6 +136,7 @@ def record(
     out = args.out or ROOT / "pax" / "curves" / "references" / f"{name}.json"
     base = Path("runs") / "references" / name
     python = Path(python)
+    walls = _previous_walls(out) if args.reuse else {}
     env_python = str(python.relative_to(root) if python.is_relative_to(root) else python)
 
     def train(job: str, module: list[str], flags: list[str], shown: list[str], steps=None):
@@ -134,6 +145,7 @@ def record(
         wall = None
         if args.reuse and _finished(root / job_dir, steps):
             log(f"references: {job}: reusing the finished run in {job_dir}")
+            wall = walls.get(str(job_dir))  # as the reference it was recorded into said
         else:
             shutil.rmtree(root / job_dir, ignore_errors=True)  # a fresh run, never a resume
             start = time.monotonic()

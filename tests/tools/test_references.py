@@ -128,6 +128,7 @@ def test_records_band_held_out_and_broken_runs(tmp_path, fake_python):
     )
     assert (tmp_path / "calls.txt").read_text().count("\n") == 1
     assert "seed3" in (tmp_path / "calls.txt").read_text()
+    assert all(r["wall_s"] is not None for r in load_reference(out).runs)  # kept on reuse
     # broken runs of another length are not reused: without --fault-steps, the seeds' length
     (tmp_path / "calls.txt").unlink()
     again = refs.parse_args([*_argv(out), "--reuse"])
