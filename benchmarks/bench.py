@@ -143,14 +143,14 @@ def checkpoint_figures(experiment_cls, repeats: int, directory: str) -> dict:
 
 def input_pipeline_tokens_per_s(experiment_cls, batches: int, repeats: int) -> list[float]:
     task = experiment_cls().task()
-    data = WindowDataset(ByteTokenizer().encode(embedded_text()), task.model.max_seq_len, seed=0)
+    data = WindowDataset(ByteTokenizer().encode(embedded_text()), task.model.seq_len, seed=0)
     batch = task.train.percore_batch_size
     rates = []
     for r in range(repeats):
         start = time.perf_counter()
         for i in range(batches):
             data.batch(r * batches + i, batch)
-        rates.append(batches * batch * task.model.max_seq_len / (time.perf_counter() - start))
+        rates.append(batches * batch * task.model.seq_len / (time.perf_counter() - start))
     return rates
 
 
@@ -173,8 +173,8 @@ def baseline_shape(cfg) -> baseline.Shape:
         dims=cfg.model_dims,
         hidden=cfg.hidden_dims,
         heads=cfg.num_heads,
-        seq=cfg.max_seq_len,
-        dtype=cfg.activation_dtype,
+        seq=cfg.seq_len,
+        dtype=cfg.fprop_dtype,
         remat=cfg.remat_policy == "full",
     )
 
@@ -194,10 +194,10 @@ def measure(experiment_cls, steps: int, repeats: int) -> dict:
     task = experiment_cls().task()
     cfg = task.model
     batch = task.train.percore_batch_size
-    tokens_per_step = batch * cfg.max_seq_len
+    tokens_per_step = batch * cfg.seq_len
     flops_per_step = mfu.flops_per_step(cfg, batch)
     load_before = os.getloadavg()
-    data = WindowDataset(ByteTokenizer().encode(embedded_text()), cfg.max_seq_len, seed=0)
+    data = WindowDataset(ByteTokenizer().encode(embedded_text()), cfg.seq_len, seed=0)
     batches = [data.batch(i, batch) for i in range(8)]
     minimal_run = minimal_loop.MinimalLoop(cfg, task.optimizer, batches)
     baseline_run = baseline.Baseline(
@@ -213,7 +213,7 @@ def measure(experiment_cls, steps: int, repeats: int) -> dict:
     def others(step, values):
         minimal.append(minimal_run.interval(steps))
         independent.append(baseline_run.interval(steps))
-        peaks.append(mfu.measure_matmul_peak(cfg.activation_dtype))
+        peaks.append(mfu.measure_matmul_peak(cfg.fprop_dtype))
 
     with tempfile.TemporaryDirectory() as tmp:
         trainer = trainer_step_times(
@@ -244,14 +244,14 @@ def measure(experiment_cls, steps: int, repeats: int) -> dict:
             "model_dims": cfg.model_dims,
             "hidden_dims": cfg.hidden_dims,
             "heads": cfg.num_heads,
-            "seq": cfg.max_seq_len,
+            "seq": cfg.seq_len,
             "batch": batch,
-            "dtype": cfg.activation_dtype,
+            "dtype": cfg.fprop_dtype,
             "flops_per_step": flops_per_step,
             "steps_per_interval": steps,
         },
         "peak_flops": _stats(peaks)
-        | {"how": f"best of 5 timed 2048x2048 {cfg.activation_dtype} matmuls (jit), per round"},
+        | {"how": f"best of 5 timed 2048x2048 {cfg.fprop_dtype} matmuls (jit), per round"},
         "trainer_step_s": _stats(trainer),
         "minimal_step_s": _stats(minimal),
         "baseline_step_s": _stats(independent),

@@ -75,7 +75,7 @@ def tiny_trainer_tokens_per_s(data_dir: str, job_dir: str, steps: int = 10) -> f
 
 def one_b_needs() -> dict:
     task = C4Spmd1BAdam4Replicas().task()
-    per_token = mfu.flops_per_token(task.model, task.model.max_seq_len)
+    per_token = mfu.flops_per_token(task.model, task.model.seq_len)
     here = mfu.measure_matmul_peak("float32")
     return {
         "flops_per_token": per_token,
@@ -86,7 +86,7 @@ def one_b_needs() -> dict:
         * ASSUMED_MFU
         / per_token,
         "rows_per_host": task.train.percore_batch_size * TPU_V4_HOST_CHIPS,
-        "seq_len": task.model.max_seq_len,
+        "seq_len": task.model.seq_len,
     }
 
 
@@ -99,7 +99,7 @@ def measure(data_dir, tokenizer_path, seconds: float, tmp: str) -> dict:
         tokenizer_path = train_spm(shards[:2], os.path.join(tmp, "spm4k"), 4000)
     need = one_b_needs()
     tiny = C4SpmdTinyAdam1Replica().task()
-    tiny_rows, tiny_seq = tiny.train.percore_batch_size, tiny.model.max_seq_len
+    tiny_rows, tiny_seq = tiny.train.percore_batch_size, tiny.model.seq_len
     results = {
         "data_dir": data_dir,
         "train_shards": len(c4.list_shards(data_dir, "train")),

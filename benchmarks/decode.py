@@ -145,7 +145,7 @@ def measure(small: bool = False, repeats: int = 3, batch: int = 16, prompt_len: 
         prompts_lib.Prompt(str(i), rng.integers(1, cfg.vocab_size, prompt_len).astype(np.int32))
         for i in range(batch)
     ]
-    ((_, prompt_batch),) = prompts_lib.batches(prompts, batch, 1, cfg.max_seq_len)
+    ((_, prompt_batch),) = prompts_lib.batches(prompts, batch, 1, cfg.seq_len)
     prompt_bucket = prompt_batch.tokens.shape[1]
     replicated = jax.tree.map(lambda _: sharding.replicated(mesh), variables)
     rows = []
@@ -191,7 +191,7 @@ def measure(small: bool = False, repeats: int = 3, batch: int = 16, prompt_len: 
             "prompt_tokens": prompt_len,
             "prompt_bucket": prompt_bucket,
             "recompute_bucket": BUCKET,
-            "dtype": cfg.activation_dtype,
+            "dtype": cfg.fprop_dtype,
         },
         "runs": rows,
     }

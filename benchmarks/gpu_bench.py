@@ -37,12 +37,12 @@ def measure_baseline(cfg, batch: int, steps: int, peak_flops: float) -> dict:
     rng = np.random.default_rng(0)
     batches = []
     for _ in range(2):
-        tokens = rng.integers(0, cfg.vocab_size, (batch, cfg.max_seq_len + 1), dtype=np.int32)
+        tokens = rng.integers(0, cfg.vocab_size, (batch, cfg.seq_len + 1), dtype=np.int32)
         batches.append(
             {
                 "inputs": tokens[:, :-1],
                 "targets": tokens[:, 1:],
-                "weights": np.ones((batch, cfg.max_seq_len), np.float32),
+                "weights": np.ones((batch, cfg.seq_len), np.float32),
             }
         )
     run = baseline.Baseline(baseline_shape(cfg), batches)
@@ -50,7 +50,7 @@ def measure_baseline(cfg, batch: int, steps: int, peak_flops: float) -> dict:
     run.interval(1)  # compiles
     compile_s = time.perf_counter() - start
     step_s = run.interval(steps)
-    tokens = batch * cfg.max_seq_len
+    tokens = batch * cfg.seq_len
     return {
         "compile_s": compile_s,
         "step_s": step_s,
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     print(
         f"model: {bf16['experiment']}, {bf16['params'] / 1e9:.3f}B params ({cfg.num_layers} "
         f"layers x {cfg.model_dims}, FFN {cfg.hidden_dims}, {cfg.num_heads} heads), seq "
-        f"{cfg.max_seq_len}, batch {bf16['batch']}, remat {cfg.remat_policy}, "
+        f"{cfg.seq_len}, batch {bf16['batch']}, remat {cfg.remat_policy}, "
         f"{bf16['flops_per_step'] / 1e12:.3f} TFLOP/step (pax.train.mfu), synthetic tokens"
     )
     print(f"peak: {peak['flops'] / 1e12:.4g} TFLOP/s ({peak['source']}, {peak['device_kind']})")

@@ -19,7 +19,13 @@ def adam(opt):
     """Pax's Adam written out with optax, from an OptimizerConfig (constant learning rate)."""
     return optax.chain(
         optax.clip_by_global_norm(opt.clip_gradient_norm_to_value),
-        optax.scale_by_adam(b1=opt.beta1, b2=opt.beta2, eps=opt.epsilon),
+        optax.scale_by_adam(b1=opt.adam_beta1, b2=opt.adam_beta2, eps=opt.adam_epsilon),
+        # praxis sharded_adam's per-tensor update cap (ADAM_CLIP_THRESHOLD; <= 0: none).
+        *(
+            [optax.clip_by_block_rms(opt.adam_clip_threshold)]
+            if opt.adam_clip_threshold > 0
+            else []
+        ),
         optax.add_decayed_weights(opt.weight_decay),
         optax.scale_by_learning_rate(opt.learning_rate),
     )

@@ -15,7 +15,7 @@ from pax.checkpoint.manager import CheckpointError
 from pax.decode import options as decode_options
 from pax.decode import run as decode_run
 from pax.errors import UsageError
-from pax.experiments import overrides, registry
+from pax.experiments import base, describe, overrides, registry
 from pax.parallel import distributed
 from pax.train import loop, preemption
 
@@ -42,7 +42,15 @@ _ENABLE_CHECKPOINT_SAVING = flags.DEFINE_bool(
     "enable_checkpoint_saving", True, "Save checkpoints while training."
 )
 _SET = flags.DEFINE_multi_string("set", [], "Override a hyper-parameter: --set NUM_LAYERS=2.")
-_LIST = flags.DEFINE_bool("list_experiments", False, "Print the registered experiments and exit.")
+_LIST = flags.DEFINE_bool(
+    "list_experiments", False, "Print the registered experiments, one line each, and exit."
+)
+_DESCRIBE = flags.DEFINE_string(
+    "describe",
+    None,
+    "Print experiment EXP's resolved hyper-parameters (with --set applied), each with where its "
+    "value came from, and exit.",
+)
 _DATA_DIR = flags.DEFINE_string(
     "data_dir",
     None,
@@ -79,7 +87,12 @@ def main(argv):
     if len(argv) > 1:
         raise UsageError(f"unexpected arguments {argv[1:]}; flags are written --name=value")
     if _LIST.value:
-        print("\n".join(registry.names()))
+        print(describe.list_experiments())
+        return 0
+    if _DESCRIBE.value:
+        registered = registry.get(_DESCRIBE.value)
+        experiment_cls = overrides.apply(registered, _SET.value)
+        print(describe.describe(experiment_cls, registry.name_of(registered)))
         return 0
     if not _EXP.value:
         raise UsageError("--exp is required, e.g. --exp=tasks.lm.params.lm_cloud.LmCloudSpmdTiny")
@@ -92,6 +105,7 @@ def main(argv):
     if _PMAP_USE_TENSORSTORE.value is not None:
         flag_sets.append(f"PMAP_USE_TENSORSTORE={_PMAP_USE_TENSORSTORE.value}")
     experiment_cls = overrides.apply(registered, _SET.value + flag_sets)
+    base.resolve(experiment_cls)  # every value checked before any process joins or writes
     distributed.initialize(_SERVER_ADDR.value, _NUM_HOSTS.value, _HOST_IDX.value)
     decoding = _MODE.value in ("decode_once", "decode")
     # Decoding reads no training input (a C4 experiment decodes --prompt without its data).

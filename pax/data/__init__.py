@@ -9,4 +9,11 @@ def stream(dataset):
     return dataset if hasattr(dataset, "get_state") else None
 
 
-__all__ = ["build", "stream"]
+def eval_exhausted(dataset, index: int, batch_size: int) -> bool:
+    """Whether batch `index` lies past the end of a split whose length is known up front (the
+    embedded corpus cut into windows); streams (C4) tell only once read (`exhausted`)."""
+    count = getattr(dataset, "num_batches", lambda _: None)(batch_size)
+    return count is not None and index >= count
+
+
+__all__ = ["build", "eval_exhausted", "stream"]

@@ -248,6 +248,8 @@ class C4Dataset:
         self.shards = list_shards(config.data_dir, self.split)
         self.units = units_of(self.shards, process_index, process_count)
         self.bad_records = 0  # this process's skipped records so far (checkpointed)
+        # A finite split (validation) has ended on this process: the last batch was all padding.
+        self.exhausted = False
         self._iter, self._batches, self._pending = None, 0, None
 
     def _start(self, rows: int) -> None:
@@ -264,7 +266,7 @@ class C4Dataset:
                 skip_bad=self.config.bad_record_policy == "skip",
             )
         )
-        self._batches, self.bad_records = 0, 0
+        self._batches, self.bad_records, self.exhausted = 0, 0, False
         if self._pending is not None:
             self._iter.set_state(self._pending["iterator"])
             self._batches, self.bad_records = self._pending["batches"], self._pending["bad_records"]
@@ -291,7 +293,7 @@ class C4Dataset:
         try:
             batch = next(self._iter)
         except StopIteration:  # a finite split ran out: rows of padding (weight 0)
-            batch = {}
+            batch, self.exhausted = {}, True
         batch = _pad_rows(batch, count, self.config.seq_len, self.tokenizer.eos_id)
         self._batches += 1
         self.bad_records += int(batch.pop("skipped").sum())

@@ -101,7 +101,7 @@ def make_generate(
 
     Pure and traceable: jit it (Generator does). eos_id < 0: never stop at a token.
     """
-    max_seq_len = model.cfg.max_seq_len
+    max_seq_len = model.cfg.seq_len
 
     def forward(variables, cache, tokens, positions, segment_ids):
         logits, mutated = model.apply(

@@ -88,11 +88,11 @@ class Decoder:
             raise UsageError("no prompts: give --prompt TEXT or --prompts FILE")
         # C4 packs every document after an EOS token; its models expect one before a prompt.
         self.prompts = prompts_lib.encode(
-            texts, self.tokenizer, train_data.source == "c4", cfg.max_seq_len
+            texts, self.tokenizer, train_data.source == "c4", cfg.seq_len
         )
         # No row can go past SEQ_LEN + 1 tokens (pax.decode.generate), so neither can the cache.
         shortest = min(len(p.ids) for p in self.prompts)
-        self.max_new = min(options.max_new_tokens, cfg.max_seq_len + 1 - shortest)
+        self.max_new = min(options.max_new_tokens, cfg.seq_len + 1 - shortest)
         # The state is read straight into its shardings over the whole mesh (a pmap run's
         # checkpoint holds one replica: it is read the same way), then the decoding model's
         # variables placed by the same rules (a pipeline's stages become one stack).
@@ -141,7 +141,7 @@ class Decoder:
             self.prompts,
             self.options.batch_size,
             self.generator.batch_multiple,
-            self.run.task.model.max_seq_len,
+            self.run.task.model.seq_len,
         )
         sampling = {k: v for k, v in dataclasses.asdict(self.sampling).items() if k != "vocab"}
         for indices, batch in batches:

@@ -1,64 +1,32 @@
-"""Command-line overrides of hyper-parameters (`--set NUM_LAYERS=2`), type-checked.
+"""Command-line overrides of hyper-parameters (`--set NUM_LAYERS=2`), checked by declaration.
 
-A value is parsed as a Python literal and must match the type of the attribute it replaces:
-ints stay ints, floats accept ints, tuples take lists or tuples of the same element type, and
-attributes whose default is None accept any literal (or None).
+A value is parsed as a Python literal (a bare word is a string; true/false are bools) and must
+be what pax.experiments.config declares for the attribute: ints stay ints, floats take ints,
+tuples take lists, Optional attributes take None, and a string must be one of its allowed
+values. The check is the one pax.experiments.base.resolve applies to class attributes.
 """
 
 import ast
-import difflib
+from typing import Optional
 
 from pax.errors import UsageError
-from pax.experiments.base import hyper_parameters
+from pax.experiments import base
+from pax.experiments.config import PARAMS
 
 
 def _parse(text: str):
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text.lower() == "none":
+        return None
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text  # a bare word: a string
 
 
-def _coerce(key: str, current, value):
-    def bad(expected: str):
-        return UsageError(
-            f"bad value for {key}: {value!r} is not {expected} "
-            f"(current value {current!r}); e.g. --set {key}={current!r}"
-        )
-
-    if current is None or value is None:
-        return value
-    if isinstance(current, bool):
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
-        raise bad("a bool (True or False)")
-    if isinstance(current, int):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise bad("an int")
-    if isinstance(current, float):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise bad("a float")
-    if isinstance(current, str):
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise bad("a string")
-    if isinstance(current, (tuple, list)):
-        if not isinstance(value, (tuple, list)):
-            raise bad("a list")
-        elem_types = {type(v) for v in current}
-        if elem_types and any(type(v) not in elem_types for v in value):
-            raise bad(f"a list of {'/'.join(sorted(t.__name__ for t in elem_types))}")
-        return type(current)(value)
-    raise UsageError(f"{key} cannot be set from the command line (type {type(current).__name__})")
-
-
 def apply(experiment_cls: type, assignments: list[str]) -> type:
     """A subclass of experiment_cls with the assignments applied; the original is untouched."""
-    params = hyper_parameters(experiment_cls)
     updates = {}
     for assignment in assignments:
         key, sep, text = assignment.partition("=")
@@ -67,11 +35,22 @@ def apply(experiment_cls: type, assignments: list[str]) -> type:
             raise UsageError(
                 f"bad override {assignment!r}: write --set KEY=VALUE, e.g. --set NUM_LAYERS=2"
             )
-        if key not in params:
-            close = difflib.get_close_matches(key.upper(), list(params), n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise UsageError(f"unknown hyper-parameter {key!r} for {experiment_cls.__name__}{hint}")
-        updates[key] = _coerce(key, params[key], _parse(text.strip()))
+        param = PARAMS.get(key)
+        if param is None:
+            raise UsageError(
+                f"unknown hyper-parameter {key!r} for {experiment_cls.__name__}"
+                f"{base.unknown_hint(key)}"
+            )
+        value = _parse(text.strip())
+        if param.type in (str, Optional[str]) and not isinstance(value, (str, type(None))):
+            value = text.strip()  # a path or name that happens to look like a number
+        try:
+            updates[key] = base.check(param, value)
+        except ValueError as e:
+            example = getattr(experiment_cls, key)
+            raise UsageError(
+                f"bad value for {key}: {value!r} {e} ({param.doc}); e.g. --set {key}={example!r}"
+            ) from None
     if not updates:
         return experiment_cls
     return type(
@@ -79,6 +58,7 @@ def apply(experiment_cls: type, assignments: list[str]) -> type:
         (experiment_cls,),
         {
             **updates,
+            base.OVERRIDES_ATTR: tuple(updates),
             "__module__": experiment_cls.__module__,
             "__qualname__": experiment_cls.__qualname__,
         },

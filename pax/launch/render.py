@@ -101,8 +101,9 @@ def check_jobset_name(name: str, hosts: int) -> None:
 
 
 def mesh_devices(experiment_cls: type) -> int | None:
-    """Devices the experiment's mesh needs (ICI x DCN); None without a mesh (any number)."""
-    if experiment_cls.ICI_MESH_SHAPE is None:
+    """Devices the experiment's mesh needs (ICI x DCN); None without a mesh, or with a -1 in
+    it (either takes any number)."""
+    if experiment_cls.ICI_MESH_SHAPE is None or -1 in experiment_cls.ICI_MESH_SHAPE:
         return None
     return math.prod(experiment_cls.ICI_MESH_SHAPE) * math.prod(experiment_cls.DCN_MESH_SHAPE or ())
 

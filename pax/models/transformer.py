@@ -1,16 +1,36 @@
-"""Decoder-only Transformer LM (Flax linen), with Pax's defaults.
+"""Decoder-only Transformer LM (Flax linen): praxis's TransformerLm, layer by layer.
 
-Pre-layer-norm blocks, fused QKV, causal attention with optional grouped-query heads, rotary or
-learned positions, ReLU/GELU/gated FFN, Pax's logit caps, layers stacked with nn.scan and
-rematerialized by a named policy. Every parameter carries logical axis names; which mesh axis
-each name lands on is decided by pax.parallel.sharding, never here.
+What each piece follows in praxis (google/praxis, praxis/layers):
+  embeddings        SharedEmbeddingSoftmax (embedding_softmax.py): one [vocab, D] table for
+                    the lookup (times sqrt(D) with SCALE_SQRT_DEPTH) and the logits, plus a
+                    vocab bias (its FeedForward's has_bias); SEPARATE_EMBEDDING: two tables
+  positions         PositionalEmbedding (sinusoids, added to the embeddings) or
+                    TrainablePositionalEmbedding (a learned [TRAINABLE_PE_MAX_SEQ_LEN, D] table);
+                    USE_ROTARY_POSITION_EMB: RotaryPositionalEmbedding on queries and keys
+  layer             Transformer with norm_policy 'pre' (transformers.py): x + attn(LN(x)), then
+                    x + ffn(LN(x)); LayerNorm (normalizations.py) keeps its scale as an offset
+                    from 1, which is what weight decay then pulls towards zero
+  attention         DotProductAttention (attentions.py): QKV projection, optional biases,
+                    queries scaled by PerDimScale (or 1/sqrt(D / heads)), logits capped by
+                    ATTEN_LOGIT_CAP, causal and segment masks, output projection
+  feed-forward      TransformerFeedForward: [D, F] (+ bias), activation, [F, D] (+ bias)
+  initialization    praxis's default Xavier (uniform, praxis's fan-in/out of each weight's
+                    praxis shape) or a Gaussian (Pax's GPT-3 configs); the embedding table a
+                    Gaussian of std EMBEDDING_INIT_STD (Pax's softmax_init)
+Layers are stacked with nn.scan (repeated layers) or unrolled, and rematerialized by a named
+policy. The QKV projection is always one einsum over a fused weight (COMBINE_QKV only decides
+the fans praxis would initialize with). Every parameter carries logical axis names; which mesh
+axis each name lands on is decided by pax.parallel.sharding, never here.
 """
+
+import math
 
 from typing import Any, Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from pax.experiments.config import ModelConfig
 from pax.models import fp8, kv_cache
@@ -21,14 +41,43 @@ REMAT_POLICIES = {
     "full": jax.checkpoint_policies.nothing_saveable,
     "dots_saveable": jax.checkpoint_policies.dots_saveable,
     "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    # praxis SAVE_DOT_FOR_MLPERF_200B: keep the QKV projection, the attention context and the
+    # output projection (named with checkpoint_name below), recompute the rest.
+    "save_dot_for_mlperf_200b": jax.checkpoint_policies.save_only_these_names(
+        "combined_qkv_proj", "context", "out_proj"
+    ),
 }
 ACTIVATIONS = {"relu": nn.relu, "gelu": nn.gelu, "swiglu": nn.silu, "geglu": nn.gelu}
 GATED = ("swiglu", "geglu")
 ACT_AXES = ("batch", "length", "act_embed")
 
 
-def _init(fan_in: int, names: tuple):
-    return nn.with_logical_partitioning(nn.initializers.normal(stddev=fan_in**-0.5), names)
+# 1 / softplus(0): praxis PerDimScale's constant, so a zero-initialized scale is 1/sqrt(dims).
+R_SOFTPLUS_0 = 1.442695041
+
+
+def xavier(fan_in: int, fan_out: int, scale: float):
+    """praxis WeightInit.Xavier: uniform in ±scale * sqrt(6 / (fan_in + fan_out))."""
+    limit = scale * math.sqrt(6.0 / (fan_in + fan_out))
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -limit, limit)
+
+    return init
+
+
+def _boxed(init, names: tuple):
+    return nn.with_logical_partitioning(init, names)
+
+
+def sinusoids(positions, dims: int, min_timescale: float = 1.0, max_timescale: float = 1e4):
+    """praxis PositionalEmbedding: [sin | cos] of positions over geometric timescales."""
+    num_timescales = dims // 2
+    increment = math.log(max_timescale / min_timescale) / max(num_timescales - 1, 1)
+    inv_timescales = min_timescale * jnp.exp(jnp.arange(num_timescales) * -increment)
+    scaled = positions[..., None].astype(jnp.float32) * inv_timescales
+    signal = jnp.concatenate([jnp.sin(scaled), jnp.cos(scaled)], axis=-1)
+    return jnp.pad(signal, [(0, 0)] * (signal.ndim - 1) + [(0, dims % 2)])
 
 
 def _cap(logits, cap: float):
@@ -54,7 +103,7 @@ class _Sharded(nn.Module):
 
     @property
     def dtype(self):
-        return jnp.dtype(self.cfg.activation_dtype)
+        return jnp.dtype(self.cfg.fprop_dtype)
 
     def constrain(self, x, names=ACT_AXES):
         if self.mesh is None:
@@ -64,22 +113,49 @@ class _Sharded(nn.Module):
         )
 
     def norm(self, name: str):
-        return nn.LayerNorm(
-            epsilon=self.cfg.norm_epsilon,
-            dtype=self.dtype,
-            name=name,
-            param_dtype=jnp.dtype(self.cfg.param_dtype),
-            scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+        return LayerNorm(self.cfg, name=name)
+
+    def weight(self, name: str, shape: tuple, names: tuple, fans: tuple):
+        """A weight matrix initialized as praxis would: `fans` are the (fan_in, fan_out) praxis
+        computes for its own shape of this weight (base_layer.get_fan_in_fan_out)."""
+        c = self.cfg
+        if c.weight_init == "xavier":
+            init = xavier(*fans, c.weight_init_scale)
+        else:
+            init = nn.initializers.normal(stddev=c.weight_init_scale)
+        return self.param(name, _boxed(init, names), shape, jnp.dtype(c.param_dtype)).astype(
+            self.dtype
         )
 
-    def weight(self, name: str, shape: tuple, names: tuple, fan_in: int):
-        w = self.param(name, _init(fan_in, names), shape, jnp.dtype(self.cfg.param_dtype))
-        return w.astype(self.dtype)
+    def bias(self, name: str, shape: tuple, names: tuple):
+        """A bias (praxis: constant 0 at init)."""
+        b = self.param(
+            name, _boxed(nn.initializers.zeros, names), shape, jnp.dtype(self.cfg.param_dtype)
+        )
+        return b.astype(self.dtype)
 
     def project(self, eqn: str, x, w, name: str):
         """A weight matmul; FP8 (pax.models.fp8) with USE_FP8, its scales under `name`_fp8."""
         return fp8.einsum(f"{name}_fp8", eqn, x, w, self.cfg.use_fp8)
+
+
+class LayerNorm(nn.Module):
+    """praxis LayerNorm: (x - mean) / sqrt(var + eps) * (1 + scale) + bias, the scale stored as
+    its offset from 1 (initialized to 0). Statistics in float32, whatever the activations' dtype."""
+
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x):
+        c = self.cfg
+        dims, dtype = x.shape[-1], jnp.dtype(c.param_dtype)
+        scale = self.param("scale", _boxed(nn.initializers.zeros, ("embed",)), (dims,), dtype)
+        bias = self.param("bias", _boxed(nn.initializers.zeros, ("embed",)), (dims,), dtype)
+        y = x.astype(jnp.float32)
+        mean = jnp.mean(y, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(y - mean), axis=-1, keepdims=True)
+        y = (y - mean) * jax.lax.rsqrt(var + c.layernorm_epsilon)
+        return (y * (1.0 + scale) + bias).astype(x.dtype)
 
 
 def _attend(q, k, v, q_positions, k_positions, q_segments, k_segments, cap: float, dtype):
@@ -108,27 +184,46 @@ class Attention(_Sharded):
         c = self.cfg
         kv_heads, dims = c.num_kv_heads, c.dims_per_head
         group = c.num_heads // kv_heads
+        d = c.model_dims
+        # praxis initializes a combined [3, D, N, H] weight with fans (3·D·N, 3·D·H), separate
+        # [D, N, H] ones with (D·N, D·H); here the projection is one fused einsum either way.
+        rows = 3 * d if c.combine_qkv else d
         # Fused QKV: per kv head, `group` query heads then one key and one value head.
         qkv = self.project(
             "bte,ecnd->btcnd",
             x,
             self.weight(
                 "qkv",
-                (c.model_dims, group + 2, kv_heads, dims),
+                (d, group + 2, kv_heads, dims),
                 ("embed", None, "heads", "kv"),
-                c.model_dims,
+                (rows * c.num_heads, rows * dims),
             ),
             "qkv",
         )
+        if c.use_bias:
+            qkv = qkv + self.bias("qkv_bias", (group + 2, kv_heads, dims), (None, "heads", "kv"))
+        qkv = checkpoint_name(qkv, "combined_qkv_proj")
         q, k, v = qkv[:, :, :group], qkv[:, :, group], qkv[:, :, group + 1]
-        if c.position_embedding == "rotary":
+        if c.use_rotary_position_emb:
             q, k = _rotary(q, positions), _rotary(k, positions)
         k_positions, k_segments = positions, segment_ids
         if kv_cache.decoding(self):
             # Keys and values of the tokens fed before come from the cache; this call's join them.
             segment_ids = kv_cache.default_segments(positions, segment_ids)
             k, v, k_positions, k_segments = kv_cache.extend(self, k, v, positions, segment_ids)
-        queries = (q * dims**-0.5, positions, segment_ids)
+        if c.per_dim_scale:
+            # praxis PerDimScale: a learned per-dimension factor, 1/sqrt(dims) at init.
+            scale = self.param(
+                "per_dim_scale",
+                _boxed(nn.initializers.zeros, ("kv",)),
+                (dims,),
+                jnp.dtype(c.param_dtype),
+            )
+            q = q * (R_SOFTPLUS_0 / math.sqrt(dims) * jax.nn.softplus(scale)).astype(q.dtype)
+        else:
+            # praxis without PerDimScale scales by hidden_dim // num_heads, hidden_dim = D.
+            q = q * (d // c.num_heads) ** -0.5
+        queries = (q, positions, segment_ids)
 
         def attend(chunk):
             q_chunk, q_positions, q_segments = chunk
@@ -155,48 +250,54 @@ class Attention(_Sharded):
             out = out.swapaxes(0, 1).reshape(q.shape)
         else:
             out = attend(queries)
-        return self.project(
+        out = checkpoint_name(out, "context")
+        out = self.project(
             "btgnd,gnde->bte",
             out,
             self.weight(
                 "post",
-                (group, kv_heads, dims, c.model_dims),
+                (group, kv_heads, dims, d),
                 (None, "heads", "kv", "embed"),
-                c.num_heads * dims,
+                (d * c.num_heads, d * dims),  # praxis's post weight is [D, N, H]
             ),
             "post",
         )
+        if c.use_bias:
+            out = out + self.bias("post_bias", (d,), ("embed",))
+        return checkpoint_name(out, "out_proj")
 
 
 class FeedForward(_Sharded):
     @nn.compact
     def __call__(self, x):
         c = self.cfg
+        d, f = c.model_dims, c.hidden_dims
         act = ACTIVATIONS[c.activation]
         if c.activation in GATED:
-            wi = self.weight(
-                "wi", (c.model_dims, 2, c.hidden_dims), ("embed", None, "mlp"), c.model_dims
+            # praxis's gate is a second [D, F] layer: act(x W_gate + b_gate) * (x W_1 + b_1).
+            h = self.project(
+                "bte,egh->btgh",
+                x,
+                self.weight("wi", (d, 2, f), ("embed", None, "mlp"), (d, f)),
+                "wi",
             )
-            h = self.project("bte,egh->btgh", x, wi, "wi")
+            if c.ffn_has_bias:
+                h = h + self.bias("wi_bias", (2, f), (None, "mlp"))
             h = act(h[:, :, 0]) * h[:, :, 1]
         else:
-            h = act(
-                self.project(
-                    "bte,eh->bth",
-                    x,
-                    self.weight(
-                        "wi", (c.model_dims, c.hidden_dims), ("embed", "mlp"), c.model_dims
-                    ),
-                    "wi",
-                )
+            h = self.project(
+                "bte,eh->bth", x, self.weight("wi", (d, f), ("embed", "mlp"), (d, f)), "wi"
             )
+            if c.ffn_has_bias:
+                h = h + self.bias("wi_bias", (f,), ("mlp",))
+            h = act(h)
         h = self.constrain(h, ("batch", "length", "act_mlp"))
-        return self.project(
-            "bth,he->bte",
-            h,
-            self.weight("wo", (c.hidden_dims, c.model_dims), ("mlp", "embed"), c.hidden_dims),
-            "wo",
+        out = self.project(
+            "bth,he->bte", h, self.weight("wo", (f, d), ("mlp", "embed"), (f, d)), "wo"
         )
+        if c.ffn_has_bias:
+            out = out + self.bias("wo_bias", (d,), ("embed",))
+        return out
 
 
 class Block(_Sharded):
@@ -268,19 +369,26 @@ class TransformerLm(_Sharded):
         c = self.cfg
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(inputs.shape[1]), inputs.shape)
-        embedding = self.param(
-            "embedding",
-            _init(c.model_dims, ("vocab", "embed")),
-            (c.vocab_size, c.model_dims),
-            jnp.dtype(c.param_dtype),
+        d, pdtype = c.model_dims, jnp.dtype(c.param_dtype)
+        embedding_init = _boxed(
+            nn.initializers.normal(stddev=c.embedding_init_std), ("vocab", "embed")
         )
-        # Pax scales looked-up embeddings by sqrt(dims) so inputs are unit-scale.
-        x = jnp.take(embedding, inputs, axis=0).astype(self.dtype) * c.model_dims**0.5
-        if c.position_embedding == "learned":
+        if c.separate_embedding:
+            # praxis Embedding: the model's default initializer over [vocab, D].
+            table = self.weight(
+                "embedding", (c.vocab_size, d), ("vocab", "embed"), (c.vocab_size, d)
+            )
+        else:
+            table = self.param("embedding", embedding_init, (c.vocab_size, d), pdtype)
+        x = jnp.take(table, inputs, axis=0).astype(self.dtype)
+        if c.scale_sqrt_depth:
+            x = x * d**0.5
+        if c.position_embedding == "sinusoidal":
+            x = x + sinusoids(positions, d).astype(self.dtype)
+        elif c.position_embedding == "learned":
+            rows = c.trainable_pe_max_seq_len
             x = x + jnp.take(
-                self.weight(
-                    "position_embedding", (c.max_seq_len, c.model_dims), (None, "embed"), 1
-                ),
+                self.weight("position_embedding", (rows, d), (None, "embed"), (rows, d)),
                 positions,
                 axis=0,
             )
@@ -303,12 +411,16 @@ class TransformerLm(_Sharded):
 
         x = self.norm("final_norm")(x)
         if c.separate_embedding:
-            softmax = self.weight(
-                "softmax", (c.model_dims, c.vocab_size), ("embed", "vocab"), c.model_dims
-            )
+            # praxis FullSoftmax: its own [D, vocab] weight, Pax's softmax_init.
+            gaussian = nn.initializers.normal(stddev=c.embedding_init_std)
+            softmax = self.param(
+                "softmax", _boxed(gaussian, ("embed", "vocab")), (d, c.vocab_size), pdtype
+            ).astype(self.dtype)
             logits = jnp.einsum("bte,ev->btv", x, softmax)
         else:
-            logits = jnp.einsum("bte,ve->btv", x, embedding.astype(self.dtype))
+            logits = jnp.einsum("bte,ve->btv", x, table.astype(self.dtype))
+        if c.softmax_has_bias:
+            logits = logits + self.bias("softmax_bias", (c.vocab_size,), ("vocab",))
         logits = self.constrain(logits, ("batch", "length", "act_vocab"))
         return _cap(logits.astype(jnp.float32), c.softmax_cap)
 

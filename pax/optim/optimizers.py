@@ -1,12 +1,17 @@
-"""Optimizers from an OptimizerConfig, all optax."""
+"""Optimizers from an OptimizerConfig, built from optax pieces.
+
+adam is praxis's Adam (sharded_adam) as Pax's experiments configure it: gradients clipped to a
+global norm (the learner's clip_gradient_norm_to_value), Adam's bias-corrected moments, each
+tensor's update capped to RMS clip_threshold, decoupled weight decay on every parameter, all
+scaled by the learning rate. adafactor is praxis's ShardedAdafactor (pax.optim.adafactor).
+"""
 
 import jax
 import optax
 
 from pax.experiments.config import OptimizerConfig
-from pax.optim import schedules
+from pax.optim import adafactor, schedules
 
-OPTIMIZERS = ("adam", "adamw", "adafactor")
 # apply_if_finite gives up after this many non-finite steps in a row; the loop's NAN_POLICY
 # decides long before that whether to stop.
 _MAX_CONSECUTIVE_NONFINITE = 1_000_000
@@ -22,35 +27,58 @@ def build(config: OptimizerConfig) -> tuple[optax.GradientTransformation, optax.
     Updates with non-finite gradients are skipped (optax.apply_if_finite), so NaNs never reach
     the parameters; the state's total_notfinite counts them.
     """
-    lr = schedules.build(config.learning_rate, config.schedule)
+    lr = schedules.build(config)
     clip = (
         [optax.clip_by_global_norm(config.clip_gradient_norm_to_value)]
         if config.clip_gradient_norm_to_value > 0
         else []
     )
-    if config.kind == "adam":
-        # Pax's Adam: decoupled weight decay on every parameter, scaled by the learning rate.
+    if config.optimizer == "adam":
+        # praxis sharded_adam: update = m̂ / (sqrt(v̂ + eps_root) + eps), capped per tensor to
+        # RMS clip_threshold (optax.clip_by_block_rms is exactly its clip_update), plus
+        # weight_decay * w, times -lr. Its bias-corrected decays give optax's m̂ and v̂.
+        capping = (
+            [optax.clip_by_block_rms(config.adam_clip_threshold)]
+            if config.adam_clip_threshold > 0
+            else []
+        )
         tx = optax.chain(
             *clip,
-            optax.scale_by_adam(b1=config.beta1, b2=config.beta2, eps=config.epsilon),
+            optax.scale_by_adam(
+                b1=config.adam_beta1,
+                b2=config.adam_beta2,
+                eps=config.adam_epsilon,
+                eps_root=config.adam_epsilon_root,
+            ),
+            *capping,
             optax.add_decayed_weights(config.weight_decay),
             optax.scale_by_learning_rate(lr),
         )
-    elif config.kind == "adamw":
+    elif config.optimizer == "adamw":
         # The common AdamW: no decay on vectors (norm scales and biases).
         tx = optax.chain(
             *clip,
             optax.adamw(
                 lr,
-                b1=config.beta1,
-                b2=config.beta2,
-                eps=config.epsilon,
+                b1=config.adam_beta1,
+                b2=config.adam_beta2,
+                eps=config.adam_epsilon,
+                eps_root=config.adam_epsilon_root,
                 weight_decay=config.weight_decay,
                 mask=_matrices_only,
             ),
         )
-    elif config.kind == "adafactor":
-        tx = optax.chain(*clip, optax.adafactor(lr, weight_decay_rate=config.weight_decay or None))
+    elif config.optimizer == "adafactor":
+        tx = optax.chain(
+            *clip,
+            adafactor.adafactor(
+                lr,
+                beta1=config.adam_beta1,
+                decay_adam=config.adam_beta2,
+                clip_threshold=config.adam_clip_threshold,
+                weight_decay=config.weight_decay,
+            ),
+        )
     else:
-        raise ValueError(f"unknown optimizer {config.kind!r}; known: {', '.join(OPTIMIZERS)}")
+        raise ValueError(f"unknown optimizer {config.optimizer!r}")
     return optax.apply_if_finite(tx, _MAX_CONSECUTIVE_NONFINITE), lr

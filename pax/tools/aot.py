@@ -42,13 +42,11 @@ EXPECTED_NOT_TO_FIT = {
 
 
 def _mesh_size(experiment) -> int:
-    ici = experiment.ICI_MESH_SHAPE or (
-        1,
-        4,
-        1,
-    )  # pmap experiments: Pax ran them on a v4-8 (4 chips)
+    # pmap experiments: Pax ran them on a v4-8 (4 chips). A -1 (the devices left over) counts
+    # as one: the smallest mesh the experiment runs on.
+    ici = experiment.ICI_MESH_SHAPE or (1, 4, 1)
     dcn = experiment.DCN_MESH_SHAPE or (1,) * len(ici)
-    return math.prod(i * d for i, d in zip(ici, dcn))
+    return math.prod(max(i, 1) * d for i, d in zip(ici, dcn))
 
 
 def analyze(name: str) -> dict:
@@ -62,12 +60,12 @@ def analyze(name: str) -> dict:
 
     cls = registry.get(name)
     size = _mesh_size(cls)
-    # The step's cost does not depend on where tokens come from: compile against synthetic data.
-    run = loop.prepare(
-        type(cls.__name__, (cls,), {"DATA_SOURCE": "synthetic"})(), devices=jax.devices()[:size]
-    )
+    # The step's cost does not depend on where tokens come from: compile against synthetic data
+    # (which has no end, so evaluations read a fixed number of batches).
+    synthetic = {"DATA_SOURCE": "synthetic", "EVAL_NUM_BATCHES": 1}
+    run = loop.prepare(type(cls.__name__, (cls,), synthetic)(), devices=jax.devices()[:size])
     place = placement.for_run(run)
-    seq = run.task.model.max_seq_len
+    seq = run.task.model.seq_len
     keys = (("inputs", jnp.int32), ("targets", jnp.int32), ("weights", jnp.float32))
     if (
         run.strategy == placement.PMAP

@@ -39,11 +39,13 @@ def _experiment(name: str, use_fp8: bool, batch):
         USE_FP8=use_fp8,
         FPROP_DTYPE="bfloat16",
         DATA_SOURCE="synthetic",
+        EVAL_NUM_BATCHES=1,
         MESH_AXIS_NAMES=("replica", "data", "mdl"),
         ICI_MESH_SHAPE=(1, 1, 1),
         DCN_MESH_SHAPE=None,
         NUM_STAGES=1,
         NUM_MICROBATCHES=1,
+        MICROBATCH_SIZE=None,
     )
     if batch:
         attrs["PERCORE_BATCH_SIZE"] = batch
@@ -69,7 +71,7 @@ def measure(name: str, use_fp8: bool, steps: int, batch=None) -> dict:
     step_s = (time.perf_counter() - start) / steps
     losses.append(float(metrics["loss"]))
     cfg = run.task.model
-    tokens = run.global_batch * cfg.max_seq_len
+    tokens = run.global_batch * cfg.seq_len
     flops = mfu.flops_per_step(cfg, run.global_batch)
     peak = mfu.peak_flops(jax.devices()[:1], "bfloat16")
     return {
@@ -131,7 +133,7 @@ def main(argv=None) -> int:
     c = r["model"]
     print(
         f"model: {r['experiment']}, {r['params'] / 1e9:.3f}B params ({c.num_layers} layers x "
-        f"{c.model_dims}, FFN {c.hidden_dims}, {c.num_heads} heads), seq {c.max_seq_len}, "
+        f"{c.model_dims}, FFN {c.hidden_dims}, {c.num_heads} heads), seq {c.seq_len}, "
         f"batch {r['batch']}, {r['tokens_per_step']} tokens/step, "
         f"{r['flops_per_step'] / 1e12:.3f} TFLOP/step; bf16 activations, synthetic tokens"
     )

@@ -19,7 +19,8 @@ FILE = "config.json"
 RESUMABLE = frozenset({
     "num_train_steps", "summary_every_n_steps", "eval_every_n_steps", "eval_num_batches",
     "checkpoint_every_n_steps", "checkpoint_max_to_keep", "async_checkpointing", "nan_policy",
-    "bad_record_policy", "data_dir",
+    "bad_record_policy", "data_dir", "target_log_pplx",
+    "whole_split",  # the eval split's reading, which follows eval_num_batches
 })  # fmt: skip
 
 

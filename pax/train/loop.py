@@ -8,13 +8,16 @@ import time
 import jax
 import numpy as np
 from absl import logging
+from jax.experimental import multihost_utils
 
 from pax import data
 from pax.checkpoint.manager import Checkpointer
 from pax.errors import UsageError
 from pax.experiments import config as config_lib
-from pax.models.transformer import ACTIVATIONS, REMAT_POLICIES, TransformerLm
-from pax.optim import optimizers, schedules
+from pax.experiments import base
+from pax.models.transformer import TransformerLm
+from pax.optim import optimizers
+from pax.parallel import mesh as mesh_lib
 from pax.parallel import pipeline
 from pax.parallel.mesh import build_mesh
 from pax.train import job_config, manifest, mfu, placement, preemption
@@ -41,20 +44,18 @@ class Run:
 def prepare(experiment, devices=None, with_data: bool = True) -> Run:
     """Resolve and validate an experiment; raises UsageError before anything is written.
 
-    devices: the devices to build the mesh from (default: all of them).
+    devices: the devices to build the mesh from (default: all of them). What depends on them
+    is resolved here and recorded in run.task: a -1 in ICI_MESH_SHAPE, and the pipeline's
+    microbatches from MICROBATCH_SIZE (Pax: the global batch over the microbatch size).
     with_data: build the input pipelines (decoding reads none; train_data is then None).
     """
-    task, datasets = experiment.task(), experiment.datasets()
-    _validate_names(task)
+    task = experiment.task()
     devices = list(devices or jax.devices())
+    task = dataclasses.replace(task, mesh=mesh_lib.resolve(task.mesh, len(devices)))
     mesh = build_mesh(task.mesh, devices)
     strategy = placement.strategy(task.mesh)
     pmap = strategy == placement.PMAP
-    stages, microbatches = task.mesh.num_stages, task.mesh.num_microbatches
-    model = TransformerLm(
-        task.model, mesh=None if pmap else mesh, num_stages=stages, num_microbatches=microbatches
-    )
-    tx, lr_schedule = optimizers.build(task.optimizer)
+    stages = task.mesh.num_stages
     global_batch = task.train.percore_batch_size * len(devices)
     batch_shards = mesh.shape["replica"] * mesh.shape["data"]
     if global_batch % batch_shards or global_batch % jax.process_count():
@@ -62,7 +63,15 @@ def prepare(experiment, devices=None, with_data: bool = True) -> Run:
             f"global batch {global_batch} does not split over {batch_shards} batch "
             f"shards and {jax.process_count()} processes; change PERCORE_BATCH_SIZE"
         )
-    _validate_pipeline(task, mesh, global_batch // batch_shards)
+    task = _resolve_microbatches(task, mesh, global_batch, batch_shards)
+    datasets = base.datasets(task)
+    model = TransformerLm(
+        task.model,
+        mesh=None if pmap else mesh,
+        num_stages=stages,
+        num_microbatches=task.mesh.num_microbatches,
+    )
+    tx, lr_schedule = optimizers.build(task.optimizer)
     train_cfg = next(d for d in datasets if d.is_training)
     vocab = task.model.vocab_size
     train_data = data.build(train_cfg, vocab) if with_data else None
@@ -94,37 +103,10 @@ def prepare(experiment, devices=None, with_data: bool = True) -> Run:
     )
 
 
-def _validate_names(task: config_lib.TaskConfig) -> None:
-    """Names that pick code paths, checked up front so a typo is a usage error, not a trace."""
-    m = task.model
-    choices = {
-        "ACTIVATION": (m.activation, ACTIVATIONS),
-        "REMAT_POLICY": (m.remat_policy, REMAT_POLICIES),
-        "POSITION_EMBEDDING": (m.position_embedding, ("rotary", "learned")),
-        "FPROP_DTYPE": (m.activation_dtype, ("float32", "bfloat16", "float16")),
-        "OPTIMIZER": (task.optimizer.kind, optimizers.OPTIMIZERS),
-        "LR_SCHEDULE": (task.optimizer.schedule.kind, schedules.SCHEDULES),
-        "NAN_POLICY": (task.train.nan_policy, ("stop", "skip")),
-    }
-    for key, (value, allowed) in choices.items():
-        if value not in allowed:
-            raise UsageError(
-                f"{key}={value!r} is not one of {', '.join(allowed)}; "
-                f"e.g. --set {key}={next(iter(allowed))}"
-            )
-    if m.attention_query_chunk and m.max_seq_len % m.attention_query_chunk:
-        raise UsageError(
-            f"ATTENTION_QUERY_CHUNK={m.attention_query_chunk} does not divide "
-            f"SEQ_LEN={m.max_seq_len}"
-        )
-    if m.num_heads % m.num_kv_heads:
-        raise UsageError(
-            f"NUM_HEADS={m.num_heads} is not a multiple of NUM_KV_HEADS={m.num_kv_heads}"
-        )
-
-
-def _validate_pipeline(task: config_lib.TaskConfig, mesh, batch_per_shard: int) -> None:
-    stages, microbatches = task.mesh.num_stages, task.mesh.num_microbatches
+def _resolve_microbatches(task, mesh, global_batch: int, batch_shards: int):
+    """The pipeline's microbatch count, checked against the mesh and the batch."""
+    m = task.mesh
+    stages = m.num_stages
     mesh_stages = mesh.shape.get("stage", 1)
     if stages != mesh_stages:
         raise UsageError(
@@ -132,18 +114,24 @@ def _validate_pipeline(task: config_lib.TaskConfig, mesh, batch_per_shard: int) 
             "them equal (MESH_AXIS_NAMES needs a `stage` axis for NUM_STAGES > 1)"
         )
     if stages == 1:
-        return
-    if task.model.num_layers % stages:
+        return dataclasses.replace(task, mesh=dataclasses.replace(m, num_microbatches=1))
+    microbatches = m.num_microbatches
+    if m.microbatch_size is not None:
+        # praxis LayerwiseShardablePipelined: num_microbatches = batch // microbatch_size, the
+        # batch being the global one (the layer sees global shapes under SPMD).
+        if global_batch % m.microbatch_size:
+            raise UsageError(
+                f"the global batch of {global_batch} rows does not split into microbatches of "
+                f"MICROBATCH_SIZE={m.microbatch_size}; change PERCORE_BATCH_SIZE or MICROBATCH_SIZE"
+            )
+        microbatches = global_batch // m.microbatch_size
+    if (global_batch // batch_shards) % microbatches:
         raise UsageError(
-            f"NUM_LAYERS={task.model.num_layers} does not split into NUM_STAGES="
-            f"{stages} equal stages"
+            f"each batch shard holds {global_batch // batch_shards} rows, which do not split "
+            f"into {microbatches} microbatches; change PERCORE_BATCH_SIZE, NUM_MICROBATCHES or "
+            "MICROBATCH_SIZE"
         )
-    if batch_per_shard % microbatches:
-        raise UsageError(
-            f"each batch shard holds {batch_per_shard} rows, which do not split into "
-            f"NUM_MICROBATCHES={microbatches}; change PERCORE_BATCH_SIZE or "
-            "NUM_MICROBATCHES"
-        )
+    return dataclasses.replace(task, mesh=dataclasses.replace(m, num_microbatches=microbatches))
 
 
 def _write_json(path: str, obj) -> None:
@@ -154,20 +142,35 @@ def _write_json(path: str, obj) -> None:
 
 
 def _evaluate(run: Run, place, variables) -> dict:
-    """Token-weighted means over EVAL_NUM_BATCHES fixed batches of each eval split."""
+    """Token-weighted means over each eval split: EVAL_NUM_BATCHES fixed batches, or with
+    EVAL_NUM_BATCHES=None the whole split once (Pax's reset_for_eval inputs, as its C4 runs)."""
     results = {}
+    limit = run.task.train.eval_num_batches
     for name, dataset in run.eval_data.items():
-        outs = [
-            place.metrics(place.eval_step(variables, place.batch(dataset, i)))
-            for i in range(run.task.train.eval_num_batches)
-        ]
+        outs, index = [], 0
+        while limit is None or index < limit:
+            if limit is None and data.eval_exhausted(dataset, index, run.global_batch):
+                break
+            batch = place.batch(dataset, index)
+            if limit is None and data.stream(dataset) is not None and _all_exhausted(dataset):
+                break  # every process's share of the stream has ended: this batch is padding
+            outs.append(place.metrics(place.eval_step(variables, batch)))
+            index += 1
         outs = jax.device_get(outs)
         tokens = np.array([o["num_tokens"] for o in outs])
         results[f"eval_test_{name}"] = {
             k: float(np.sum([o[k] for o in outs] * tokens) / max(tokens.sum(), 1))
             for k in ("loss", "log_pplx", "accuracy")
-        } | {"num_tokens": float(tokens.sum())}
+        } | {"num_tokens": float(tokens.sum()), "num_batches": float(len(outs))}
     return results
+
+
+def _all_exhausted(stream) -> bool:
+    """Whether the stream has ended on every process (each reads its own share of a split)."""
+    if jax.process_count() == 1:
+        return stream.exhausted
+    flags = multihost_utils.process_allgather(np.array([stream.exhausted]))
+    return bool(np.all(flags))
 
 
 def _config(run: Run, experiment_name: str) -> dict:
@@ -189,7 +192,7 @@ def _setup(run: Run, job_dir: str, experiment_name: str):
     if is_writer:
         os.makedirs(job_dir, exist_ok=True)
     devices = list(run.mesh.devices.flat)
-    peak = mfu.peak_flops(devices, run.task.model.activation_dtype)
+    peak = mfu.peak_flops(devices, run.task.model.fprop_dtype)
     if is_writer:
         _write_json(os.path.join(job_dir, job_config.FILE), config)
         _write_json(
@@ -299,7 +302,7 @@ def train(
         logging.info("resumed from %s/checkpoint_%08d", checkpointer.directory, restored)
     step = first_step = int(jax.device_get(state["step"]))
     state = place.place(state)
-    tokens_per_step = run.global_batch * run.task.model.max_seq_len
+    tokens_per_step = run.global_batch * run.task.model.seq_len
     flops_per_step = mfu.flops_per_step(run.task.model, run.global_batch)
 
     last, unchecked, timer = {}, [], _StepTimer()
@@ -342,20 +345,41 @@ def train(
                         on_summary(step, values)
                         timer.restart()
                 if step % cfg.eval_every_n_steps == 0 or step == total:
-                    for split, values in _evaluate(
-                        run, place, state_lib.model_variables(state)
-                    ).items():
+                    results = _evaluate(run, place, state_lib.model_variables(state))
+                    for split, values in results.items():
                         summaries.write(split, step, values)
                         if summaries.enabled:
                             summaries_lib.log_eval(step, split, values)
                     summaries.flush()
                     timer.restart()
+                    if _reached_target(results, cfg.target_log_pplx, step):
+                        if not (at_checkpoint or stop):
+                            checkpointer.save(step, place.unplace(state), stream)
+                        break
                 if stop:
                     raise preemption.Preempted(step, signals.reason())
     finally:
         summaries.close()
         checkpointer.close()
     return last
+
+
+def _reached_target(results: dict, target, step: int) -> bool:
+    """TARGET_LOG_PPLX: Pax's EarlyStoppingFn (paxml c4.py) ends training once the eval
+    log-perplexity is at or below the target; the run then ends as a finished one (exit 0)."""
+    if target is None:
+        return False
+    split, values = next(iter(results.items()))
+    if values["log_pplx"] > target:
+        return False
+    logging.info(
+        "step %d: %s log_pplx %.4f reached TARGET_LOG_PPLX=%g; training stops here",
+        step,
+        split,
+        values["log_pplx"],
+        target,
+    )
+    return True
 
 
 def evaluate(run: Run, job_dir: str, experiment_name: str) -> dict:

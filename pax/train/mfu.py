@@ -47,8 +47,8 @@ def flops_per_token(c: ModelConfig, seq_len: int) -> float:
 
 
 def flops_per_step(c: ModelConfig, batch: int) -> float:
-    """The MFU numerator: model FLOPs of one train step over `batch` rows of max_seq_len."""
-    return flops_per_token(c, c.max_seq_len) * batch * c.max_seq_len
+    """The MFU numerator: model FLOPs of one train step over `batch` rows of seq_len."""
+    return flops_per_token(c, c.seq_len) * batch * c.seq_len
 
 
 def table_peak(device_kind: str):

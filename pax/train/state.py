@@ -15,7 +15,7 @@ from pax.parallel import sharding
 
 def _example_inputs(model):
     # A pipeline splits its batch into microbatches; one row each is the smallest batch it takes.
-    return jnp.zeros((model.num_microbatches, model.cfg.max_seq_len), jnp.int32)
+    return jnp.zeros((model.num_microbatches, model.cfg.seq_len), jnp.int32)
 
 
 def _init_fn(model, tx):
@@ -33,7 +33,8 @@ def _init_fn(model, tx):
 def shardings(model, tx, mesh):
     """(abstract state, state shardings): parameters placed by their logical axis names,
     optimizer slots shaped like a parameter placed like it, everything else (step, FP8 scales and
-    amax histories: a few floats per layer) replicated."""
+    amax histories: a few floats per layer; Adafactor's factored row/column statistics, which
+    sit in parameter-structured trees but are smaller than the parameter) replicated."""
     boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), _example_inputs(model)))["params"]
     names = nn.get_partition_spec(boxed)
     abstract = jax.eval_shape(_init_fn(model, tx), jax.random.key(0))
@@ -46,9 +47,10 @@ def shardings(model, tx, mesh):
     replicated = sharding.replicated(mesh)
     opt_shardings = optax.tree_map_params(
         tx,
-        lambda _, s: s,
+        lambda slot, s, p: s if slot.shape == p.shape else replicated,
         abstract["opt_state"],
         param_shardings,
+        abstract["params"],
         transform_non_params=lambda _: replicated,
     )
     state_shardings = {"step": replicated, "params": param_shardings, "opt_state": opt_shardings}

@@ -27,7 +27,8 @@ def lm():
         num_heads=4,
         dims_per_head=8,
         num_kv_heads=2,
-        max_seq_len=16,
+        seq_len=16,
+        embedding_init_std=32**-0.5,
     )
     model = TransformerLm(cfg)
     tokens = np.array(jax.random.randint(jax.random.key(0), (1, 16), 1, 64))

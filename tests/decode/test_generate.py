@@ -27,7 +27,7 @@ LENGTHS = (5, 11, 16, 1)
 def _model(attrs=None):
     cfg = derive(Tiny, **(attrs or {}))().task().model
     model = TransformerLm(cfg)
-    tokens = jnp.zeros((1, cfg.max_seq_len), jnp.int32)
+    tokens = jnp.zeros((1, cfg.seq_len), jnp.int32)
     return model, {"params": nn.unbox(jax.jit(model.init)(jax.random.key(0), tokens)["params"])}
 
 
@@ -72,7 +72,7 @@ def _full_logits(model, variables, ids, positions=None, segment_ids=None):
 def test_cached_logits_are_those_of_the_full_sequence(attrs, sampling):
     model, variables = _model(attrs)
     prompts = _prompts()
-    (_, batch) = next(prompts_lib.batches(prompts, 8, 1, model.cfg.max_seq_len))
+    (_, batch) = next(prompts_lib.batches(prompts, 8, 1, model.cfg.seq_len))
     out = _generate(model, variables, batch, max_new=8, sampling=sampling)
     assert out["counts"].tolist() == [8] * len(prompts)
     # Query chunks need a sequence they divide; the chunked math is the same (test_model).
@@ -206,7 +206,7 @@ def test_sharded_decoding_matches_one_device_and_splits_the_cache():
 
 def _logical_specs(model):
     boxed = jax.eval_shape(
-        lambda: model.init(jax.random.key(0), jnp.zeros((1, model.cfg.max_seq_len), jnp.int32))
+        lambda: model.init(jax.random.key(0), jnp.zeros((1, model.cfg.seq_len), jnp.int32))
     )["params"]
     return nn.get_partition_spec(boxed)
 

@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _params(cfg):
-    tokens = jnp.zeros((1, cfg.max_seq_len), jnp.int32)
+    tokens = jnp.zeros((1, cfg.seq_len), jnp.int32)
     return transformer.TransformerLm(cfg).init(jax.random.key(0), tokens)["params"]
 
 

@@ -72,8 +72,8 @@ def test_bench_produces_every_figure(tmp_path, capsys):
 def test_configs_and_dtype_options():
     assert bench.experiment("bench", "float32") is bench.BenchLm
     large = bench.experiment("large", "bfloat16")().task().model
-    assert (large.num_layers, large.model_dims, large.max_seq_len) == (8, 1024, 512)
-    assert large.activation_dtype == "bfloat16"
+    assert (large.num_layers, large.model_dims, large.seq_len) == (8, 1024, 512)
+    assert large.fprop_dtype == "bfloat16"
     with pytest.raises(SystemExit) as e:
         bench.main(["--dtype", "float16"])
     assert e.value.code == 2
@@ -100,7 +100,7 @@ def test_all_three_loops_do_the_flops_the_formula_counts(dtype):
     exp = type("Two", (bench.SmallBenchLm,), {"NUM_LAYERS": 2, "FPROP_DTYPE": dtype})()
     task = exp.task()
     cfg, batch = task.model, task.train.percore_batch_size
-    data = WindowDataset(ByteTokenizer().encode(embedded_text()), cfg.max_seq_len, seed=0)
+    data = WindowDataset(ByteTokenizer().encode(embedded_text()), cfg.seq_len, seed=0)
     batches = [data.batch(i, batch) for i in range(2)]
     expected = mfu.flops_per_step(cfg, batch)
     for loop in (

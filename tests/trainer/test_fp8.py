@@ -204,6 +204,7 @@ def test_pipeline_stages_carry_the_scales_and_combine_microbatches_by_max():
         Fp8Tiny,
         MESH_AXIS_NAMES=("stage", "replica", "data", "mdl"),
         ICI_MESH_SHAPE=(2, 1, 1, 1),
+        DCN_MESH_SHAPE=None,
         NUM_STAGES=2,
         NUM_MICROBATCHES=4,
     )

@@ -42,7 +42,34 @@ def _main(*args, devices=1):
         ),
         (["--exp=C4Spmd1BAdam4Replicas", "--set=ICI_MESH_SHAPE=[1,1,1]"], "DATA_SOURCE=c4"),
         (["--exp=LmCloudSpmdTiny", "--mode=bake"], "value should be one of"),
-        (["--exp=LmCloudSpmdTiny", "--set=ACTIVATION=relu2"], "ACTIVATION='relu2' is not one of"),
+        (
+            ["--exp=LmCloudSpmdTiny", "--set=ACTIVATION=relu2"],
+            "bad value for ACTIVATION: 'relu2' is not one of relu, gelu, swiglu, geglu",
+        ),
+        # Attributes whose default is None are typed too.
+        (
+            ["--exp=LmCloudSpmdTiny", "--set=DIMS_PER_HEAD=abc"],
+            "bad value for DIMS_PER_HEAD: 'abc' is not an int or None",
+        ),
+        (
+            ["--exp=LmCloudSpmdTiny", "--set=TARGET_LOG_PPLX=low"],
+            "bad value for TARGET_LOG_PPLX: 'low' is not a float or None",
+        ),
+        (["--exp=LmCloudSpmdTiny", "--set=EVAL_NUM_BATCHES=0"], "is below the minimum 1"),
+        (["--exp=LmCloudSpmdTiny", "--set=MAX_SEQ_LEN=64"], "Pax's MAX_SEQ_LEN is SEQ_LEN here"),
+        (
+            ["--exp=LmCloudSpmdTiny", "--set=PER_CORE_BATCH_SIZE=8"],
+            "did you mean PERCORE_BATCH_SIZE",
+        ),
+        (["--exp=LmCloudSpmdTiny", "--set=ICI_MESH_SHAPE=[1,-1,-1]"], "at most one -1"),
+        (
+            ["--exp=LmCloudSpmdTiny", "--set=NUM_HEADS=8", "--set=DIMS_PER_HEAD=64"],
+            "NUM_HEADS=8 x DIMS_PER_HEAD=64 != MODEL_DIMS=256",
+        ),
+        (
+            ["--exp=C4SpmdPipelineGpt3SmallAdam64Replicas", "--set=NUM_MICROBATCHES=4"],
+            "exactly one of NUM_MICROBATCHES and MICROBATCH_SIZE",
+        ),
         (["--exp=LmCloudSpmdTiny", "--set=NUM_KV_HEADS=3"], "not a multiple of NUM_KV_HEADS=3"),
         (["--exp=LmCloudSpmdTiny", "--set=SEQ_LEN=1000000"], "fewer than SEQ_LEN+1"),
     ],
@@ -67,6 +94,23 @@ def test_list_experiments():
     result = _main("--list_experiments")
     assert result.returncode == 0
     assert "tasks.lm.params.c4.C4Spmd1BAdam4Replicas" in result.stdout.split()
+    line = next(ln for ln in result.stdout.splitlines() if "C4Spmd1BAdam4Replicas " in ln)
+    assert "13 x 2560 (20 heads x 128, FFN 10240), seq 1024, vocab 32000, adam lr 0.001" in line
+
+
+def test_describe_names_where_each_value_came_from():
+    result = _main("--describe=LmCloudSpmdTiny", "--set=NUM_LAYERS=3")
+    assert result.returncode == 0, result.stderr
+    rows = {ln.split()[0]: ln for ln in result.stdout.splitlines()[1:] if ln.startswith("  ")}
+    assert rows["NUM_LAYERS"].split()[1:] == ["3", "--set"]
+    assert rows["LEARNING_RATE"].split()[1:] == ["0.003", "class", "LmCloudSpmdTiny"]
+    assert rows["ACTIVATION"].split()[1:4] == ["'gelu'", "class", "LmCloudSpmd"]
+    assert rows["COMBINE_QKV"].split()[1:] == ["True", "class", "TransformerLmSpmdAdafactor"]
+    assert rows["FFN_HAS_BIAS"].split()[1:3] == ["True", "default"]
+    assert "derived: MODEL_DIMS // NUM_HEADS" in rows["DIMS_PER_HEAD"]
+    assert "[Pax: MAX_SEQ_LEN]" in rows["SEQ_LEN"]
+    bad = _main("--describe=LmCloudSpmdTiny", "--set=DIMS_PER_HEAD=abc")
+    assert bad.returncode == 2 and "DIMS_PER_HEAD" in bad.stderr
 
 
 def test_eval_without_checkpoint_is_a_usage_error(tmp_path):

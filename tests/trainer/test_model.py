@@ -15,7 +15,7 @@ from tests.trainer.helpers import Tiny, derive
 def _model_and_params(experiment_cls, seed=0):
     cfg = experiment_cls().task().model
     model = TransformerLm(cfg)
-    tokens = jax.random.randint(jax.random.key(1), (2, cfg.max_seq_len), 0, cfg.vocab_size)
+    tokens = jax.random.randint(jax.random.key(1), (2, cfg.seq_len), 0, cfg.vocab_size)
     params = jax.jit(model.init)(jax.random.key(seed), tokens)["params"]
     return model, params, tokens
 

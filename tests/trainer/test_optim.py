@@ -1,16 +1,30 @@
 import math
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
-from pax.experiments.config import OptimizerConfig, ScheduleConfig
+from pax.experiments.config import OptimizerConfig, PARAMS
 from pax.optim import optimizers, schedules
+
+
+def _opt(**kw) -> OptimizerConfig:
+    return OptimizerConfig(**{"lr_schedule": "constant", **kw})
 
 
 def test_linear_rampup_exponential_decay_matches_pax():
     # Pax's defaults: warmup 4000, decay 4001 -> 300000, min ratio 0.1.
-    cfg = ScheduleConfig("linear_rampup_exponential_decay", 4000, 4001, 300000, 0.1)
-    lr = schedules.build(1e-3, cfg)
+    cfg = _opt(
+        learning_rate=1e-3,
+        lr_schedule="linear_rampup_exponential_decay",
+        lr_warmup_steps=4000,
+        lr_decay_start=4001,
+        lr_decay_end=300000,
+        lr_min_ratio=0.1,
+    )
+    lr = schedules.build(cfg)
     expected = {
         0: 0.0,
         2000: 0.5e-3,
@@ -25,8 +39,15 @@ def test_linear_rampup_exponential_decay_matches_pax():
 
 
 def test_linear_rampup_cosine_decay_matches_gpt3():
-    cfg = ScheduleConfig("linear_rampup_cosine_decay", 265, 266, 108600, 0.1)
-    lr = schedules.build(2e-4, cfg)
+    cfg = _opt(
+        learning_rate=2e-4,
+        lr_schedule="linear_rampup_cosine_decay",
+        lr_warmup_steps=265,
+        lr_decay_start=266,
+        lr_decay_end=108600,
+        lr_min_ratio=0.1,
+    )
+    lr = schedules.build(cfg)
     mid = 266 + (108600 - 266) // 2
     frac = (mid - 266) / (108600 - 266)
     expected = {
@@ -41,14 +62,9 @@ def test_linear_rampup_cosine_decay_matches_gpt3():
         np.testing.assert_allclose(float(lr(step)), value, rtol=1e-5, atol=1e-12, err_msg=str(step))
 
 
-@pytest.mark.parametrize("kind", optimizers.OPTIMIZERS)
+@pytest.mark.parametrize("kind", PARAMS["OPTIMIZER"].choices)
 def test_optimizers_take_a_step_downhill(kind):
-    import jax
-    import jax.numpy as jnp
-    import optax
-
-    cfg = OptimizerConfig(kind=kind, learning_rate=0.1, schedule=ScheduleConfig("constant"))
-    tx, _ = optimizers.build(cfg)
+    tx, _ = optimizers.build(_opt(optimizer=kind, learning_rate=0.1))
     params = {"w": jnp.ones((4, 4)), "b": jnp.ones((4,))}
 
     def loss(p):
@@ -62,17 +78,99 @@ def test_optimizers_take_a_step_downhill(kind):
 
 
 def test_pax_adam_clips_and_decays():
-    import jax.numpy as jnp
-
-    cfg = OptimizerConfig(
-        kind="adam",
-        learning_rate=0.1,
-        schedule=ScheduleConfig("constant"),
-        clip_gradient_norm_to_value=1.0,
-        weight_decay=0.5,
-    )
+    cfg = _opt(learning_rate=0.1, clip_gradient_norm_to_value=1.0, weight_decay=0.5)
     tx, _ = optimizers.build(cfg)
     params = {"w": jnp.full((2,), 2.0)}
     updates, _ = tx.update({"w": jnp.zeros((2,))}, tx.init(params), params)
     # Zero gradient: only decoupled weight decay moves the weights, by lr * wd * w.
     np.testing.assert_allclose(updates["w"], -0.1 * 0.5 * 2.0, rtol=1e-6)
+
+
+def test_adam_clip_threshold_caps_each_tensors_update_rms():
+    """praxis sharded_adam: update / max(1, rms(update) / clip_threshold), per tensor. The first
+    Adam step is g / (|g| + eps) (m̂ = g, v̂ = g²): RMS ~1 for the big tensor, so a threshold
+    of 0.25 scales it by 0.25 / rms; the small tensor's update is under the cap and stays."""
+    eps, lr = 1e-6, 1.0
+    g_big = np.array([3.0, -4.0, 0.5, 2.0], np.float32)
+    g_small = np.array([1e-7, -1e-7], np.float32)  # |g| << eps: update ±0.09, under the cap
+    cfg = _opt(learning_rate=lr, adam_epsilon=eps, adam_clip_threshold=0.25)
+    tx, _ = optimizers.build(cfg)
+    params = {"big": jnp.zeros(4), "small": jnp.zeros(2)}
+    grads = {"big": jnp.asarray(g_big), "small": jnp.asarray(g_small)}
+    updates, _ = tx.update(grads, tx.init(params), params)
+    raw = g_big / (np.abs(g_big) + eps)
+    np.testing.assert_allclose(
+        np.asarray(updates["big"]), -lr * raw * 0.25 / np.sqrt(np.mean(raw**2)), rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        np.asarray(updates["small"]), -lr * g_small / (np.abs(g_small) + eps), rtol=1e-5
+    )
+    # Disabled (Pax's GPT-3 configs: ADAM_CLIP_THRESHOLD = -1): the raw Adam step.
+    tx, _ = optimizers.build(_opt(learning_rate=lr, adam_epsilon=eps, adam_clip_threshold=-1.0))
+    updates, _ = tx.update(grads, tx.init(params), params)
+    np.testing.assert_allclose(
+        np.asarray(updates["big"]), -g_big / (np.abs(g_big) + eps), rtol=1e-5
+    )
+
+
+def _praxis_adafactor_reference(grads_per_step, params, lr, beta1, decay_adam, clip, wd):
+    """praxis _ShardedAdafactorHelper.compute_var_and_slot_update, written out in numpy from its
+    source (factored over the last two axes, Adam-style decay, update clipping, momentum on the
+    lr-scaled update, decoupled decay lr * wd * w); returns the parameters after each step."""
+    params = {k: v.astype(np.float64) for k, v in params.items()}
+    state = {k: dict(vr=None, vc=None, v=None, m=np.zeros_like(v)) for k, v in params.items()}
+    history = []
+    for step, grads in enumerate(grads_per_step):
+        t = step + 1.0
+        decay = decay_adam * (1 - decay_adam ** (t - 1)) / (1 - decay_adam**t)
+        for k, g in grads.items():
+            g = g.astype(np.float64)
+            s = state[k]
+            g2 = g**2 + 1e-30
+            if g.ndim >= 2:
+                row, col = g2.mean(axis=-1), g2.mean(axis=-2)
+                s["vr"] = row if s["vr"] is None else decay * s["vr"] + (1 - decay) * row
+                s["vc"] = col if s["vc"] is None else decay * s["vc"] + (1 - decay) * col
+                r = 1 / np.sqrt(s["vr"] / s["vr"].mean(axis=-1, keepdims=True))
+                x = g * r[..., :, None] * (1 / np.sqrt(s["vc"]))[..., None, :]
+            else:
+                s["v"] = g2 if s["v"] is None else decay * s["v"] + (1 - decay) * g2
+                x = g / np.sqrt(s["v"])
+            x = x / max(1.0, np.sqrt(np.mean(x**2)) / clip)
+            sub = beta1 * s["m"] + (1 - beta1) * lr * x
+            s["m"] = sub
+            params[k] = params[k] - (sub + wd * lr * params[k])
+        history.append({k: v.copy() for k, v in params.items()})
+    return history
+
+
+def test_adafactor_matches_praxis_algorithm():
+    rng = np.random.default_rng(0)
+    params = {
+        "w": rng.normal(size=(3, 5, 4)).astype(np.float32),  # factored over (5, 4), per slice
+        "b": rng.normal(size=(6,)).astype(np.float32),
+    }
+    steps = [
+        {k: (rng.normal(size=v.shape) * (i + 1)).astype(np.float32) for k, v in params.items()}
+        for i in range(4)
+    ]
+    lr, wd = 0.05, 0.1
+    cfg = _opt(
+        optimizer="adafactor",
+        learning_rate=lr,
+        adam_beta1=0.9,
+        adam_beta2=0.99,
+        adam_clip_threshold=1.0,
+        weight_decay=wd,
+    )
+    tx, _ = optimizers.build(cfg)
+    expected = _praxis_adafactor_reference(steps, params, lr, 0.9, 0.99, 1.0, wd)
+    p = {k: jnp.asarray(v) for k, v in params.items()}
+    state = tx.init(p)
+    for i, grads in enumerate(steps):
+        updates, state = tx.update({k: jnp.asarray(v) for k, v in grads.items()}, state, p)
+        p = optax.apply_updates(p, updates)
+        for k in p:
+            np.testing.assert_allclose(
+                np.asarray(p[k]), expected[i][k], rtol=2e-5, atol=1e-6, err_msg=f"step {i} {k}"
+            )

@@ -25,6 +25,7 @@ Piped = derive(
     NUM_LAYERS=4,
     MESH_AXIS_NAMES=PIPE_AXES,
     ICI_MESH_SHAPE=(2, 1, 2, 2),
+    DCN_MESH_SHAPE=None,
     NUM_STAGES=STAGES,
     NUM_MICROBATCHES=MICROBATCHES,
     PERCORE_BATCH_SIZE=2,
@@ -59,7 +60,7 @@ def _relative_error(a, b):
 @pytest.fixture(scope="module")
 def flat():
     cfg = Piped().task().model
-    tokens = jax.random.randint(jax.random.key(1), (16, cfg.max_seq_len), 0, cfg.vocab_size)
+    tokens = jax.random.randint(jax.random.key(1), (16, cfg.seq_len), 0, cfg.vocab_size)
     targets = jax.random.randint(jax.random.key(2), tokens.shape, 0, cfg.vocab_size)
     model = TransformerLm(cfg)
     params = nn.unbox(model.init(jax.random.key(0), tokens)["params"])
@@ -120,7 +121,14 @@ def test_pipelined_loss_and_gradients_match_unpipelined_on_one_device(flat):
 
 def test_pipelined_on_eight_devices_matches_and_shifts_with_collective_permutes(flat):
     cfg, tokens, targets, params, (loss, grads, _) = flat
-    mesh = build_mesh(MeshConfig((2, 1, 2, 2), None, PIPE_AXES, STAGES, MICROBATCHES))
+    mesh = build_mesh(
+        MeshConfig(
+            mesh_axis_names=PIPE_AXES,
+            ici_mesh_shape=(2, 1, 2, 2),
+            num_stages=STAGES,
+            num_microbatches=MICROBATCHES,
+        )
+    )
     piped = TransformerLm(cfg, mesh=mesh, num_stages=STAGES, num_microbatches=MICROBATCHES)
     staged = _staged(params, STAGES)
     names = nn.get_partition_spec(jax.eval_shape(piped.init, jax.random.key(0), tokens)["params"])
@@ -154,10 +162,11 @@ def test_pipelined_experiment_trains(tmp_path):
     [
         (dict(NUM_STAGES=1), r"NUM_STAGES=1 but the mesh has 2 along `stage`"),
         (dict(NUM_LAYERS=3), r"NUM_LAYERS=3 does not split into NUM_STAGES=2"),
-        (dict(NUM_MICROBATCHES=3), r"do not split into NUM_MICROBATCHES=3"),
+        (dict(NUM_MICROBATCHES=3), r"do not split into 3 microbatches"),
+        (dict(MICROBATCH_SIZE=2), r"exactly one of NUM_MICROBATCHES and MICROBATCH_SIZE"),
         (
             dict(MESH_AXIS_NAMES=("replica", "data", "mdl"), ICI_MESH_SHAPE=(1, 4, 2)),
-            r"NUM_STAGES=2 but the mesh has 1 along `stage`",
+            r"NUM_STAGES=2 needs a `stage` axis in MESH_AXIS_NAMES",
         ),
     ],
 )

@@ -34,7 +34,7 @@ def test_pax_hyper_parameters_of_the_1b_run():
         20,
         128,
     )
-    assert (o.learning_rate, o.epsilon, o.clip_gradient_norm_to_value, o.weight_decay) == (
+    assert (o.learning_rate, o.adam_epsilon, o.clip_gradient_norm_to_value, o.weight_decay) == (
         1e-3,
         1e-6,
         5.0,
@@ -44,7 +44,7 @@ def test_pax_hyper_parameters_of_the_1b_run():
     assert task.train.checkpoint_every_n_steps == 1000
     gpt3 = registry.get("C4SpmdPipelineGpt3SmallAdam64Replicas")().task()
     assert gpt3.train.percore_batch_size == 1  # what Pax really ran (see the class docstring)
-    assert gpt3.mesh.axis_names == ("stage", "replica", "data", "mdl")
+    assert gpt3.mesh.mesh_axis_names == ("stage", "replica", "data", "mdl")
     assert gpt3.model.vocab_size == 50257 and gpt3.model.position_embedding == "learned"
 
 

@@ -105,8 +105,9 @@ def test_another_configuration_exits_2_naming_the_field_and_changes_nothing(tmp_
         ({"LEARNING_RATE": 0.5, "ACTIVATION": "relu"},
          'task.model.activation is "gelu" in its config.json, "relu" in this run (and 1 more);',
          "or resume that run with --set ACTIVATION=gelu --set LEARNING_RATE=0.003"),
-        ({"FPROP_DTYPE": "bfloat16"}, "task.model.activation_dtype is",
-         "or resume with the experiment and --set values its config.json records"),
+        # config.json's fields carry the attributes' names, so each difference names its --set.
+        ({"FPROP_DTYPE": "bfloat16"}, 'task.model.fprop_dtype is "float32"',
+         "or resume that run with --set FPROP_DTYPE=float32"),
     ],
 )  # fmt: skip
 def test_config_json_differences_are_usage_errors(job, change, named, back):

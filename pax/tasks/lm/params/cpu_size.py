@@ -1,7 +1,9 @@
 """What the CPU-sized experiments share: a byte-level 4 x 256 LM, f32, 150 short steps.
 
 Not an experiment itself (not registered): LmCloudSpmdTiny and C4SpmdTinyAdam1Replica mix it
-in ahead of their Pax base, so its numbers win and the base supplies the rest.
+in ahead of their Pax base, so its numbers win and the base supplies the rest (the model's
+layers, the optimizer). These are ours, not Pax's; tests/trainer/test_fidelity.py lists each
+value that differs from the Pax base and why.
 """
 
 
@@ -11,10 +13,12 @@ class CpuSizedLm:
     MODEL_DIMS = 256
     HIDDEN_DIMS = 1024
     NUM_HEADS = 4
+    DIMS_PER_HEAD = None  # MODEL_DIMS // NUM_HEADS, also in subclasses that change either
     SEQ_LEN = 128
     PERCORE_BATCH_SIZE = 16
-    ICI_MESH_SHAPE = (1, 1, 1)
-    FPROP_DTYPE = "float32"
+    ICI_MESH_SHAPE = (1, -1, 1)  # -1: every device there is, data-parallel
+    FPROP_DTYPE = "float32"  # CPUs have no fast bfloat16
+    REMAT_POLICY = "none"  # cheaper than rematerializing at this size
     LEARNING_RATE = 3e-3
     LR_SCHEDULE = "linear_rampup_cosine_decay"
     LR_WARMUP_STEPS = 20

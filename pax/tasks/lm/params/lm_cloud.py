@@ -1,62 +1,83 @@
-"""Pax's lm_cloud experiments (synthetic data), and a tiny one that trains on a laptop CPU."""
+"""Pax's lm_cloud experiments (paxml/tasks/lm/params/lm_cloud.py, synthetic data), and a tiny
+one of ours that trains on a laptop CPU."""
 
 from pax.experiments.base import BaseExperiment
 from pax.experiments.registry import register
+from pax.tasks.lm.model_params import TransformerLmPmapAdam, TransformerLmSpmdAdafactor
 from pax.tasks.lm.params.cpu_size import CpuSizedLm
 
 
+class SyntheticDataset(BaseExperiment):
+    """paxml SyntheticDataset. Pax's synthetic batches are all ones (input_generator
+    SyntheticLmData); here they are uniform random tokens, so a run is not trivially learnable.
+    Its eval input reads one batch per evaluation (BaseInput.eval_loop_num_batches = 1)."""
+
+    PERCORE_BATCH_SIZE = 16
+    SEQ_LEN = 1024  # MAX_SEQ_LEN
+    DATA_SOURCE = "synthetic"
+
+
 @register
-class LmCloudTransformerAdam(BaseExperiment):
+class LmCloudTransformerAdam(TransformerLmPmapAdam, SyntheticDataset):
     """Pax's pmap Transformer: no mesh shape, so data-parallel over every device."""
 
-    NUM_LAYERS = 10
-    MODEL_DIMS = 1024
-    HIDDEN_DIMS = 4096
+    NUM_LAYERS = 32
+    VOCAB_SIZE = 32000
     NUM_HEADS = 16
-    SEQ_LEN = 1024
-    PERCORE_BATCH_SIZE = 16
-    ACTIVATION = "relu"
+    MODEL_DIMS = 1024
+    HIDDEN_DIMS = 1024 * 4
     LEARNING_RATE = 1e-3
-    WEIGHT_DECAY = 1e-3
-    ICI_MESH_SHAPE = None
     # Not Pax's: without remat, 256 queries at a time take the per-device plan from 61 to 21 GiB.
     ATTENTION_QUERY_CHUNK = 256
 
 
 @register(pax_reference=True)
 class LmCloudTransformerAdamLimitSteps(LmCloudTransformerAdam):
+    NUM_LAYERS = 10
     NUM_TRAIN_STEPS = 2000
-    CHECKPOINT_EVERY_N_STEPS = 1000
+
+
+class _SetDefaultAdam:
+    """paxml set_default_adam, which LmCloudSpmd's task() applies over its Adafactor base:
+    Adam(beta1 0.9, beta2 0.99, clip_gradient_norm_to_value 5.0) and
+    LinearRampupExponentialDecay(warmup 4000, decay 4001 -> 300000, min_ratio 0.1)."""
+
+    OPTIMIZER = "adam"
+    ADAM_BETA1 = 0.9
+    ADAM_BETA2 = 0.99
+    CLIP_GRADIENT_NORM_TO_VALUE = 5.0
+    LR_SCHEDULE = "linear_rampup_exponential_decay"
+    LR_WARMUP_STEPS = 4000
+    LR_DECAY_START = 4001
+    LR_DECAY_END = 300000
+    LR_MIN_RATIO = 0.1
 
 
 @register
-class LmCloudSpmd(BaseExperiment):
-    """Base of Pax's SPMD lm_cloud experiments: 4-way data-parallel mesh, GELU."""
+class LmCloudSpmd(_SetDefaultAdam, TransformerLmSpmdAdafactor, SyntheticDataset):
+    """Base of Pax's SPMD lm_cloud experiments: GELU, repeated layers, Adam; no mesh of its own."""
 
-    ACTIVATION = "gelu"
-    ICI_MESH_SHAPE = (1, 4, 1)
-    LEARNING_RATE = 2.5e-4
-    WEIGHT_DECAY = 1e-3
+    NUM_LAYERS = 10
+    MODEL_DIMS = 2048
+    HIDDEN_DIMS = 2048 * 4
+    ACTIVATION = "gelu"  # ACTIVATION_CLS = GELU, USE_GATED_ACTIVATION = False
+    USE_REPEATED_LAYER = True
+    REMAT_POLICY = "full"  # CHECKPOINT_POLICY = SAVE_NOTHING
 
 
 @register
 class LmCloudSpmd2B(LmCloudSpmd):
+    PERCORE_BATCH_SIZE = 8
     NUM_LAYERS = 18
     MODEL_DIMS = 3072
-    HIDDEN_DIMS = 12288
-    NUM_HEADS = 24
-    DIMS_PER_HEAD = 128
-    SEQ_LEN = 1024
-    PERCORE_BATCH_SIZE = 8
-    FPROP_DTYPE = "bfloat16"
-    USE_REPEATED_LAYER = True
-    REMAT_POLICY = "full"  # Pax's SAVE_NOTHING
+    HIDDEN_DIMS = 3072 * 4
+    REMAT_POLICY = "full"  # CHECKPOINT_POLICY = SAVE_NOTHING
+    ICI_MESH_SHAPE = (1, 4, 1)
 
 
 @register(pax_reference=True)
 class LmCloudSpmd2BLimitSteps(LmCloudSpmd2B):
     NUM_TRAIN_STEPS = 300
-    CHECKPOINT_EVERY_N_STEPS = 300
 
 
 @register
@@ -64,9 +85,12 @@ class LmCloudSpmdTiny(CpuSizedLm, LmCloudSpmd):
     """The reference run for a CPU: a byte-level LM on the text CPython ships (pydoc topics).
 
     About two minutes on 2 CPU cores; the loss falls from ln(256) ≈ 5.5 to well below the
-    unigram entropy of the corpus's bytes (3.26 nats).
+    unigram entropy of the corpus's bytes (3.26 nats). Ours, not Pax's: LmCloudSpmd's model
+    (sinusoidal positions, PerDimScale, biases, Xavier init, Adam with clip_threshold) at CPU
+    size; the mesh's -1 takes every device there is, data-parallel.
     """
 
+    EVAL_NUM_BATCHES = 4
     DATA_SOURCE = "embedded"
 
 

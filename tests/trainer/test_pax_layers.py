@@ -1,0 +1,193 @@
+"""The model's praxis features, each against a value computed here by hand or another way:
+sinusoidal positions, PerDimScale, LayerNorm's offset scale, Xavier with praxis's fans,
+biases where praxis has them, Pax's embedding scaling and softmax bias."""
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pax.models import transformer
+from pax.models.transformer import TransformerLm, sinusoids
+from tests.trainer.helpers import Tiny, derive
+
+
+def _init(cfg, seed=0, batch=2):
+    model = TransformerLm(cfg)
+    tokens = jax.random.randint(jax.random.key(1), (batch, cfg.seq_len), 0, cfg.vocab_size)
+    return model, jax.jit(model.init)(jax.random.key(seed), tokens)["params"], tokens
+
+
+def _cfg(**attrs):
+    return derive(Tiny, **attrs)().task().model
+
+
+def test_sinusoids_are_praxis_positional_embedding():
+    # praxis PositionalEmbedding, dims 6: 3 timescales 1, 100, 10000 (log increment ln(1e4)/2),
+    # first the sines, then the cosines.
+    got = np.asarray(sinusoids(jnp.array([[0, 1, 7]]), 6))
+    inv = np.array([1.0, 1e-2, 1e-4])
+    for i, p in enumerate([0, 1, 7]):
+        expected = np.concatenate([np.sin(p * inv), np.cos(p * inv)])
+        np.testing.assert_allclose(got[0, i], expected, rtol=1e-5, atol=1e-7)
+    assert sinusoids(jnp.zeros((1, 2)), 5).shape == (1, 2, 5)  # odd dims: zero-padded
+
+
+def test_sinusoidal_positions_are_added_to_the_scaled_embedding():
+    cfg = _cfg(NUM_LAYERS=1)
+    model, params, tokens = _init(cfg)
+    captured = {}
+
+    def grab(next_fun, args, kwargs, context):
+        if context.module.name == "layers" and context.method_name == "__call__":
+            captured["x"] = args[0]
+        return next_fun(*args, **kwargs)
+
+    with jax.disable_jit(), __import__("flax").linen.intercept_methods(grab):
+        model.apply({"params": params}, tokens)
+    table = np.asarray(params["embedding"].value)
+    d = cfg.model_dims
+    expected = table[np.asarray(tokens)] * math.sqrt(d) + np.asarray(
+        sinusoids(jnp.broadcast_to(jnp.arange(cfg.seq_len), tokens.shape), d)
+    )
+    np.testing.assert_allclose(np.asarray(captured["x"]), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_per_dim_scale_is_one_over_sqrt_dims_at_init_and_learns_a_factor():
+    """praxis PerDimScale: q * 1.442695041 / sqrt(H) * softplus(p). With p = 0 that is exactly the
+    fixed 1/sqrt(H) scaling (when H = D / heads); with p = log(3), softplus(p) = ln 4 = 2 ln 2,
+    so queries are doubled: the same as the fixed scaling with the query weights doubled."""
+    cfg = _cfg(NUM_LAYERS=1, USE_BIAS=True)
+    fixed = dataclasses.replace(cfg, per_dim_scale=False)
+    model, params, tokens = _init(cfg)
+    assert np.all(np.asarray(params["layers"]["attention"]["per_dim_scale"].value) == 0)
+    plain = jax.tree.map(lambda x: x, params)
+    del plain["layers"]["attention"]["per_dim_scale"]
+    a = model.apply({"params": params}, tokens)
+    b = TransformerLm(fixed).apply({"params": plain}, tokens)
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+    learned = jax.tree.map(lambda x: x, params)
+    pds = learned["layers"]["attention"]["per_dim_scale"]
+    learned["layers"]["attention"]["per_dim_scale"] = pds.replace_boxed(
+        jnp.full(pds.value.shape, math.log(3.0))
+    )
+    doubled = jax.tree.map(lambda x: x, plain)
+    att = doubled["layers"]["attention"]
+    att["qkv"] = att["qkv"].replace_boxed(att["qkv"].value.at[:, :, 0].multiply(2.0))
+    att["qkv_bias"] = att["qkv_bias"].replace_boxed(att["qkv_bias"].value.at[:, 0].multiply(2.0))
+    a = model.apply({"params": learned}, tokens)
+    b = TransformerLm(fixed).apply({"params": doubled}, tokens)
+    np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4)
+
+
+def test_layer_norm_keeps_its_scale_as_an_offset_from_one():
+    cfg = _cfg(LAYERNORM_EPSILON=1e-3)
+    x = jax.random.normal(jax.random.key(3), (2, 5, 64)) * 3 + 1
+    ln = transformer.LayerNorm(cfg)
+    params = ln.init(jax.random.key(0), x)["params"]
+    assert float(jnp.abs(params["scale"].value).max()) == 0.0  # praxis: scale init 0, used 1 + s
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    np.testing.assert_allclose(
+        ln.apply({"params": params}, x), (x - mean) / np.sqrt(var + 1e-3), rtol=1e-5, atol=1e-5
+    )
+    scaled = {
+        "scale": params["scale"].replace_boxed(jnp.full((64,), 0.5)),
+        "bias": params["bias"].replace_boxed(jnp.full((64,), 2.0)),
+    }
+    np.testing.assert_allclose(
+        ln.apply({"params": scaled}, x),
+        1.5 * (x - mean) / np.sqrt(var + 1e-3) + 2.0,
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("combine", [True, False])
+def test_xavier_limits_follow_praxis_fans(combine):
+    """praxis Xavier: uniform(±1.000001·sqrt(6 / (fan_in + fan_out))), fans from praxis's shape of
+    each weight: combined QKV [3, D, N, H] -> (3DN, 3DH); separate [D, N, H] -> (DN, DH);
+    FFN [D, F] -> (D, F)."""
+    cfg = _cfg(MODEL_DIMS=256, HIDDEN_DIMS=1024, NUM_HEADS=4, COMBINE_QKV=combine)
+    _, params, _ = _init(cfg)
+    d, n, h, f = 256, 4, 64, 1024
+    rows = 3 * d if combine else d
+    limits = {
+        "qkv": 1.000001 * math.sqrt(6 / (rows * n + rows * h)),
+        "post": 1.000001 * math.sqrt(6 / (d * n + d * h)),
+        "wi": 1.000001 * math.sqrt(6 / (d + f)),
+        "wo": 1.000001 * math.sqrt(6 / (f + d)),
+    }
+    layer = params["layers"]
+    for name, limit in limits.items():
+        w = np.asarray(
+            (layer["attention"] if name in ("qkv", "post") else layer["ffn"])[name].value
+        )
+        assert np.abs(w).max() <= limit and np.abs(w).max() > 0.98 * limit, name
+        assert np.std(w) == pytest.approx(limit / math.sqrt(3), rel=0.03), name
+    # The shared embedding: Gaussian with std MODEL_DIMS^-0.5 (Pax's softmax_init).
+    assert np.std(np.asarray(params["embedding"].value)) == pytest.approx(d**-0.5, rel=0.03)
+
+
+def test_gaussian_init_is_gpt3s():
+    cfg = _cfg(WEIGHT_INIT="gaussian", WEIGHT_INIT_SCALE=0.006, EMBEDDING_INIT_STD=0.006)
+    _, params, _ = _init(cfg)
+    for name in ("qkv", "post"):
+        w = np.asarray(params["layers"]["attention"][name].value)
+        assert np.std(w) == pytest.approx(0.006, rel=0.05)
+    assert np.std(np.asarray(params["embedding"].value)) == pytest.approx(0.006, rel=0.05)
+
+
+def test_biases_where_praxis_has_them():
+    def names(**attrs):
+        _, params, _ = _init(_cfg(**attrs))
+        flat = jax.tree_util.tree_flatten_with_path(params)[0]
+        return {"/".join(str(k.key) for k in path if hasattr(k, "key")) for path, _ in flat}
+
+    # LmCloudSpmd: no attention biases (USE_BIAS = False), praxis's FFN and softmax biases.
+    default = names()
+    assert {"layers/ffn/wi_bias", "layers/ffn/wo_bias", "softmax_bias"} <= default
+    assert not {"layers/attention/qkv_bias", "layers/attention/post_bias"} & default
+    gpt3 = names(USE_BIAS=True, SOFTMAX_HAS_BIAS=False, FFN_HAS_BIAS=True, PER_DIM_SCALE=False)
+    assert {"layers/attention/qkv_bias", "layers/attention/post_bias"} <= gpt3
+    assert "softmax_bias" not in gpt3 and "layers/attention/per_dim_scale" not in gpt3
+    bare = names(FFN_HAS_BIAS=False, SOFTMAX_HAS_BIAS=False)
+    assert not any(n.endswith("bias") and "norm" not in n for n in bare)
+
+
+def test_softmax_bias_shifts_logits_and_the_cap_bounds_them():
+    cfg = _cfg(NUM_LAYERS=1, SOFTMAX_CAP=0.0)
+    model, params, tokens = _init(cfg)
+    base = model.apply({"params": params}, tokens)
+    shifted = dict(params)
+    shifted["softmax_bias"] = params["softmax_bias"].replace_boxed(jnp.arange(256.0) / 256)
+    np.testing.assert_allclose(
+        model.apply({"params": shifted}, tokens) - base,
+        jnp.broadcast_to(jnp.arange(256.0) / 256, base.shape),
+        atol=1e-5,
+    )
+
+
+def test_embedding_scaling_follows_scale_sqrt_depth():
+    cfg = _cfg(NUM_LAYERS=1, POSITION_EMBEDDING="none")
+    model, params, tokens = _init(cfg)
+    unscaled = TransformerLm(dataclasses.replace(cfg, scale_sqrt_depth=False))
+    # Scaling the table by sqrt(D) without SCALE_SQRT_DEPTH feeds the layers the same inputs;
+    # the tied softmax then sees a table sqrt(D) larger, so compare the layer inputs only.
+    captured = []
+
+    def grab(next_fun, args, kwargs, context):
+        if context.module.name == "layers":
+            captured.append(args[0])
+        return next_fun(*args, **kwargs)
+
+    bigger = dict(params)
+    bigger["embedding"] = params["embedding"].replace_boxed(params["embedding"].value * 16.0)
+    with __import__("flax").linen.intercept_methods(grab):
+        model.apply({"params": params}, tokens)
+        unscaled.apply({"params": bigger}, tokens)
+    np.testing.assert_allclose(captured[0], captured[1], rtol=1e-5, atol=1e-5)
