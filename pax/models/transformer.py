@@ -24,7 +24,6 @@ axis each name lands on is decided by pax.parallel.sharding, never here.
 """
 
 import math
-
 from typing import Any, Optional
 
 import flax.linen as nn

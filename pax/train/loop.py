@@ -13,8 +13,8 @@ from jax.experimental import multihost_utils
 from pax import data
 from pax.checkpoint.manager import Checkpointer
 from pax.errors import UsageError
-from pax.experiments import config as config_lib
 from pax.experiments import base
+from pax.experiments import config as config_lib
 from pax.models.transformer import TransformerLm
 from pax.optim import optimizers
 from pax.parallel import mesh as mesh_lib

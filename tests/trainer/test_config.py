@@ -103,6 +103,7 @@ def test_tiny_experiments_fit_any_device_count():
 PIPED = dict(
     MESH_AXIS_NAMES=("stage", "replica", "data", "mdl"),
     ICI_MESH_SHAPE=(2, 1, 2, 2),
+    DCN_MESH_SHAPE=None,
     NUM_STAGES=2,
     PERCORE_BATCH_SIZE=2,
 )

@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from pax.experiments.config import OptimizerConfig, PARAMS
+from pax.experiments.config import PARAMS, OptimizerConfig
 from pax.optim import optimizers, schedules
 
 

@@ -5,6 +5,7 @@ biases where praxis has them, Pax's embedding scaling and softmax bias."""
 import dataclasses
 import math
 
+import flax.linen
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,24 +37,29 @@ def test_sinusoids_are_praxis_positional_embedding():
     assert sinusoids(jnp.zeros((1, 2)), 5).shape == (1, 2, 5)  # odd dims: zero-padded
 
 
-def test_sinusoidal_positions_are_added_to_the_scaled_embedding():
-    cfg = _cfg(NUM_LAYERS=1)
-    model, params, tokens = _init(cfg)
-    captured = {}
+def _layer_inputs(model, params, tokens):
+    """What the first Transformer layer receives (unrolled layers, so it is a plain call)."""
+    captured = []
 
     def grab(next_fun, args, kwargs, context):
-        if context.module.name == "layers" and context.method_name == "__call__":
-            captured["x"] = args[0]
+        if context.module.name == "layer_0" and context.method_name == "__call__":
+            captured.append(args[0])
         return next_fun(*args, **kwargs)
 
-    with jax.disable_jit(), __import__("flax").linen.intercept_methods(grab):
+    with flax.linen.intercept_methods(grab):
         model.apply({"params": params}, tokens)
+    return np.asarray(captured[0])
+
+
+def test_sinusoidal_positions_are_added_to_the_scaled_embedding():
+    cfg = _cfg(NUM_LAYERS=1, USE_REPEATED_LAYER=False)
+    model, params, tokens = _init(cfg)
     table = np.asarray(params["embedding"].value)
     d = cfg.model_dims
     expected = table[np.asarray(tokens)] * math.sqrt(d) + np.asarray(
         sinusoids(jnp.broadcast_to(jnp.arange(cfg.seq_len), tokens.shape), d)
     )
-    np.testing.assert_allclose(np.asarray(captured["x"]), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_layer_inputs(model, params, tokens), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_per_dim_scale_is_one_over_sqrt_dims_at_init_and_learns_a_factor():
@@ -173,21 +179,17 @@ def test_softmax_bias_shifts_logits_and_the_cap_bounds_them():
 
 
 def test_embedding_scaling_follows_scale_sqrt_depth():
-    cfg = _cfg(NUM_LAYERS=1, POSITION_EMBEDDING="none")
+    """SCALE_SQRT_DEPTH multiplies the looked-up rows by sqrt(D) (praxis scale_sqrt_depth):
+    the same layer inputs as no scaling over a table sqrt(D) times larger."""
+    cfg = _cfg(NUM_LAYERS=1, POSITION_EMBEDDING="none", USE_REPEATED_LAYER=False)
     model, params, tokens = _init(cfg)
     unscaled = TransformerLm(dataclasses.replace(cfg, scale_sqrt_depth=False))
-    # Scaling the table by sqrt(D) without SCALE_SQRT_DEPTH feeds the layers the same inputs;
-    # the tied softmax then sees a table sqrt(D) larger, so compare the layer inputs only.
-    captured = []
-
-    def grab(next_fun, args, kwargs, context):
-        if context.module.name == "layers":
-            captured.append(args[0])
-        return next_fun(*args, **kwargs)
-
     bigger = dict(params)
-    bigger["embedding"] = params["embedding"].replace_boxed(params["embedding"].value * 16.0)
-    with __import__("flax").linen.intercept_methods(grab):
-        model.apply({"params": params}, tokens)
-        unscaled.apply({"params": bigger}, tokens)
-    np.testing.assert_allclose(captured[0], captured[1], rtol=1e-5, atol=1e-5)
+    factor = math.sqrt(cfg.model_dims)
+    bigger["embedding"] = params["embedding"].replace_boxed(params["embedding"].value * factor)
+    np.testing.assert_allclose(
+        _layer_inputs(model, params, tokens),
+        _layer_inputs(unscaled, bigger, tokens),
+        rtol=1e-5,
+        atol=1e-5,
+    )
