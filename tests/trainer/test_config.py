@@ -69,7 +69,8 @@ def test_provenance_names_default_class_override_and_derived():
     cls = overrides.apply(registry.get("LmCloudSpmdTiny"), ["NUM_LAYERS=3"])
     sources = resolve(cls).sources
     assert sources["NUM_LAYERS"] == "--set"
-    assert sources["SEQ_LEN"] == "class LmCloudSpmdTiny"
+    assert sources["SEQ_LEN"] == "class CpuSizedLm"
+    assert sources["DATA_SOURCE"] == "class LmCloudSpmdTiny"
     assert sources["ACTIVATION"] == "class LmCloudSpmd"
     assert sources["OPTIMIZER"] == "class _SetDefaultAdam"
     assert sources["COMBINE_QKV"] == "class TransformerLmSpmdAdafactor"
@@ -184,3 +185,12 @@ def test_data_seeds_follow_pax():
     assert evaluation.whole_split  # reset_for_eval: the whole validation set, each evaluation
     tiny_train, tiny_eval = registry.get("LmCloudSpmdTiny")().datasets()
     assert (tiny_train.seed, tiny_eval.seed) == (1234, 0)
+
+
+def test_every_registered_experiment_resolves_and_describes():
+    from pax.experiments import describe
+
+    for name in registry.names():
+        text = describe.describe(registry.get(name), name)
+        rows = [ln for ln in text.splitlines() if ln.startswith("  ")]
+        assert len(rows) == len(config.PARAMS), name

@@ -103,7 +103,8 @@ def test_describe_names_where_each_value_came_from():
     assert result.returncode == 0, result.stderr
     rows = {ln.split()[0]: ln for ln in result.stdout.splitlines()[1:] if ln.startswith("  ")}
     assert rows["NUM_LAYERS"].split()[1:] == ["3", "--set"]
-    assert rows["LEARNING_RATE"].split()[1:] == ["0.003", "class", "LmCloudSpmdTiny"]
+    assert rows["LEARNING_RATE"].split()[1:] == ["0.003", "class", "CpuSizedLm"]
+    assert rows["DATA_SOURCE"].split()[1:] == ["'embedded'", "class", "LmCloudSpmdTiny"]
     assert rows["ACTIVATION"].split()[1:4] == ["'gelu'", "class", "LmCloudSpmd"]
     assert rows["COMBINE_QKV"].split()[1:] == ["True", "class", "TransformerLmSpmdAdafactor"]
     assert rows["FFN_HAS_BIAS"].split()[1:3] == ["True", "default"]

@@ -77,9 +77,10 @@ def test_grouped_query_attention_shares_kv_heads():
     assert params["layers"]["attention"]["qkv"].value.shape == (2, 64, 4, 2, 16)
 
 
-def test_remat_changes_memory_not_math():
+@pytest.mark.parametrize("policy", ["full", "save_dot_for_mlperf_200b"])
+def test_remat_changes_memory_not_math(policy):
     base_model, params, tokens = _model_and_params(Tiny)
-    remat_model = TransformerLm(dataclasses.replace(base_model.cfg, remat_policy="full"))
+    remat_model = TransformerLm(dataclasses.replace(base_model.cfg, remat_policy=policy))
 
     def loss(model, p):
         return lm_loss(

@@ -193,3 +193,10 @@ def test_embedding_scaling_follows_scale_sqrt_depth():
         rtol=1e-5,
         atol=1e-5,
     )
+
+
+def test_param_dtype_and_layernorm_epsilon_are_settable():
+    cfg = _cfg(PARAM_DTYPE="bfloat16", LAYERNORM_EPSILON=1e-5)
+    assert cfg.layernorm_epsilon == 1e-5
+    _, params, _ = _init(cfg)
+    assert {str(leaf.dtype) for leaf in jax.tree.leaves(params)} == {"bfloat16"}
