@@ -5,6 +5,7 @@ import dataclasses
 import numpy as np
 
 from pax.data import sources
+from pax.experiments import base, registry
 from pax.experiments.config import DatasetConfig
 
 
@@ -18,11 +19,18 @@ def _config(seed, is_training):
     )
 
 
+def _eval_split(seed):
+    """The tiny experiment's eval split as the trainer builds it, with SEED set."""
+    exp = type("Seeded", (registry.get("LmCloudSpmdTiny"),), {"SEED": seed})
+    _, eval_split = base.datasets(base.resolve(exp).task)
+    return sources.build(eval_split, 256)
+
+
 def test_eval_windows_are_the_same_for_every_seed():
-    a = sources.build(_config(1, False), 256).batch(0, 4)
-    b = sources.build(_config(2, False), 256).batch(0, 4)
+    a = _eval_split(1).batch(0, 4)
+    b = _eval_split(2).batch(0, 4)
     np.testing.assert_array_equal(a["inputs"], b["inputs"])
-    later = sources.build(_config(1, False), 256).batch(1, 4)  # batch 1 is other text
+    later = _eval_split(1).batch(1, 4)  # batch 1 is other text
     assert not np.array_equal(a["inputs"], later["inputs"])
 
 
