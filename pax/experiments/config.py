@@ -116,6 +116,12 @@ class ModelConfig:
     use_repeated_layer: bool = hp(
         False, "stack the layers with nn.scan (Pax's repeated layers)", pax="USE_REPEATED_LAYER"
     )
+    layer_scan_unroll: int = hp(
+        1,
+        "repeated layers per nn.scan iteration (NUM_LAYERS: the whole stack unrolled into "
+        "straight-line code; parameters and checkpoints stay stacked either way)",
+        minimum=1,
+    )
     remat_policy: str = hp(
         "none",
         "rematerialization: none, full (Pax's SAVE_NOTHING), dots_saveable (SAVE_DOT_ONLY), "

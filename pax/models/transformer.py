@@ -329,6 +329,7 @@ def stack_layers(kw: dict, num_layers: int, x, positions, segment_ids=None):
             split_rngs={"params": True},
             in_axes=(nn.broadcast, nn.broadcast),
             length=num_layers,
+            unroll=min(cfg.layer_scan_unroll, num_layers),
             metadata_params={nn.PARTITION_NAME: "layers"},
         )
         x, _ = stack(**kw, name="layers")(x, positions, segment_ids)

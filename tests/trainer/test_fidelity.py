@@ -557,6 +557,7 @@ TINY_DIFFERS = {
     "EMBEDDING_INIT_STD": "ours: MODEL_DIMS^-0.5 as Pax's softmax_init, at our MODEL_DIMS",
     "FPROP_DTYPE": "ours: float32 (CPUs have no fast bfloat16)",
     "REMAT_POLICY": "ours: cheaper without rematerialization at this size",
+    "LAYER_SCAN_UNROLL": "ours: straight-line layers, faster on XLA:CPU (same math)",
     "LEARNING_RATE": "ours: a short run, with a higher peak",
     "LR_SCHEDULE": "ours: a short run, warmed up and decayed within its 150 steps",
     "LR_WARMUP_STEPS": "ours: a 150-step run",
@@ -596,6 +597,7 @@ OURS_ONLY = {
     "DATA_DIR": "where the local C4 copy is",
     "TOKENIZER_PATH": "where the SentencePiece model is",
     "BAD_RECORD_POLICY": "unreadable C4 records",
+    "LAYER_SCAN_UNROLL": "nn.scan's unroll for repeated layers (Pax always loops)",
 }
 
 # Differences that are not an attribute's value.

@@ -77,10 +77,18 @@ def test_grouped_query_attention_shares_kv_heads():
     assert params["layers"]["attention"]["qkv"].value.shape == (2, 64, 4, 2, 16)
 
 
-@pytest.mark.parametrize("policy", ["full", "save_dot_for_mlperf_200b"])
-def test_remat_changes_memory_not_math(policy):
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"remat_policy": "full"},
+        {"remat_policy": "save_dot_for_mlperf_200b"},
+        {"layer_scan_unroll": 1},  # Tiny unrolls its 2 repeated layers; here they loop
+    ],
+)
+def test_remat_and_scan_unroll_change_speed_and_memory_not_math(change):
     base_model, params, tokens = _model_and_params(Tiny)
-    remat_model = TransformerLm(dataclasses.replace(base_model.cfg, remat_policy=policy))
+    assert base_model.cfg.use_repeated_layer and base_model.cfg.layer_scan_unroll > 1
+    remat_model = TransformerLm(dataclasses.replace(base_model.cfg, **change))
 
     def loss(model, p):
         return lm_loss(
