@@ -56,6 +56,7 @@ class LargeBenchLm(BenchLm):
     """
 
     NUM_LAYERS = 8
+    LAYER_SCAN_UNROLL = 8  # the whole stack unrolled, as the CPU-sized runs' 4 layers are
     MODEL_DIMS = 1024
     HIDDEN_DIMS = 4096
     NUM_HEADS = 16
