@@ -129,13 +129,15 @@ def make_stats(curves: list[dict], window: int = TRAIN_WINDOW) -> list[Stat]:
     return out
 
 
-# The resolved config (config.json) a band is for. The seed is what the recorded runs vary;
+# The resolved config (config.json) a band is for. The seed is what the recorded runs vary
+# (SEED, and the training data's seed that follows it; EVAL_SEED stays: it fixes the eval text);
 # checkpointing and NaN handling do not change a healthy run's curve; data paths differ per
 # machine. NUM_TRAIN_STEPS may be shorter than the band's: such a run is judged on the checks
 # it reaches (a short run for bisect), which is valid because the learning-rate schedule is
 # set by its own hyper-parameters, not by the run's length.
 CONFIG_IGNORED = (
     "task.train.seed",
+    "task.data.training_seed",
     "task.train.checkpoint_every_n_steps",
     "task.train.checkpoint_max_to_keep",
     "task.train.async_checkpointing",

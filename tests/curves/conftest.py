@@ -34,6 +34,7 @@ CONFIG = {
             "eval_every_n_steps": 50,
             "checkpoint_every_n_steps": 50,
         },
+        "data": {"data_source": "embedded", "training_seed": 1, "eval_seed": 0},
     },
     "datasets": [
         {"name": "train", "source": "embedded", "seed": 1, "data_dir": None},
@@ -51,6 +52,7 @@ def config_for(seed=1, experiment=EXP, **train):
     config = copy.deepcopy(CONFIG)
     config["experiment"] = experiment
     config["task"]["train"].update(seed=seed, **train)
+    config["task"]["data"]["training_seed"] = seed  # derived from SEED, as the trainer does
     for ds in config["datasets"]:
         ds["seed"] = seed
     return config

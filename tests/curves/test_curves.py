@@ -177,6 +177,8 @@ def test_stats_refuse_bad_runs(make_run):
 def test_flat_config_drops_what_does_not_change_the_curve():
     flat = flat_config(config_for(seed=7))
     assert "task.train.seed" not in flat and "datasets.train.seed" not in flat
+    assert "task.data.training_seed" not in flat
+    assert flat["task.data.eval_seed"] == 0  # the eval text is the band's whatever the seed
     assert "datasets.embedded.data_dir" not in flat
     assert "task.train.checkpoint_every_n_steps" not in flat
     assert flat["task.optimizer.learning_rate"] == 0.003
