@@ -11,6 +11,8 @@ passed any of them would be useless):
   no_final_norm   the final layer norm left out           (patched: identity instead)
   labels_shifted  every target one token further ahead    (patched: an input-pipeline
                   off-by-one; train and eval alike)
+  causal_mask_dropped  attention sees the whole sequence  (patched: a mask bug that lets each
+                  token see the one it predicts)
 
 The patched ones change no config, as a numerics regression in a package would not: their
 config.json is the healthy run's. Each run gets fault.json in its job directory (name,
@@ -29,6 +31,7 @@ FAULTS = {
     "no_warmup": "no learning-rate warmup",
     "no_final_norm": "final layer norm dropped",
     "labels_shifted": "labels shifted by one (each target one token further ahead)",
+    "causal_mask_dropped": "causal mask dropped (each position attends to the whole sequence)",
 }
 EXIT_USAGE = 2
 
@@ -93,6 +96,22 @@ def _patch_labels_shifted(hits: list, set_attr) -> str:
     return "patched pax.train.step.lm_loss: targets shifted one position left"
 
 
+def _patch_causal_mask_dropped(hits: list, set_attr) -> str:
+    import jax.numpy as jnp
+
+    from pax.models import transformer
+
+    original = transformer._attend
+
+    def attend(q, k, v, q_positions, k_positions, *rest):
+        hits.append("_attend")
+        # Every key at position 0 passes the causal test (query position >= key position).
+        return original(q, k, v, q_positions, jnp.zeros_like(k_positions), *rest)
+
+    set_attr(transformer, "_attend", attend)
+    return "patched pax.models.transformer._attend: every key position 0 (no causal mask)"
+
+
 def arguments(fault: str, argv: list[str], hits: list, set_attr=setattr) -> tuple[list[str], str]:
     """(extra pax.main flags, how) for `fault`; patches are applied here, through set_attr
     (a test passes pytest's monkeypatch.setattr to have them undone)."""
@@ -105,6 +124,8 @@ def arguments(fault: str, argv: list[str], hits: list, set_attr=setattr) -> tupl
         return [], _patch_no_final_norm(hits, set_attr)
     if fault == "labels_shifted":
         return [], _patch_labels_shifted(hits, set_attr)
+    if fault == "causal_mask_dropped":
+        return [], _patch_causal_mask_dropped(hits, set_attr)
     raise KeyError(fault)
 
 

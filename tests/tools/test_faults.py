@@ -7,6 +7,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from pax.models import transformer
@@ -46,6 +47,24 @@ def test_labels_shifted_trains_on_the_token_two_ahead(monkeypatch):
         jnp.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 0]], jnp.float32),
     )
     assert loss == pytest.approx(float(expected)) and metrics["num_tokens"] == 8
+
+
+def test_causal_mask_dropped_lets_past_logits_see_the_future(monkeypatch):
+    cfg = Tiny().task().model
+    model = transformer.TransformerLm(cfg)
+    params = _params(cfg)
+    a = jnp.zeros((1, cfg.seq_len), jnp.int32)
+    b = a.at[0, -1].set(7)  # only the last token differs
+
+    def logits(tokens):
+        return model.apply({"params": params}, tokens)[0, 0]
+
+    np.testing.assert_array_equal(logits(a), logits(b))  # healthy: causal
+    hits = []
+    flags, how = faults.arguments("causal_mask_dropped", [], hits, monkeypatch.setattr)
+    assert flags == [] and "causal" in how
+    assert not np.allclose(logits(a), logits(b))  # position 0 now sees the last token
+    assert hits
 
 
 def test_config_faults_are_set_overrides():
