@@ -7,6 +7,7 @@ Faults (the `references` session records one run of each beside a band; a verdic
 passed any of them would be useless):
 
   lr_x10          the learning rate times ten             (--set LEARNING_RATE, a config change)
+  lr_div10        the learning rate a tenth               (--set LEARNING_RATE, a config change)
   no_warmup       no learning-rate warmup                 (--set LR_WARMUP_STEPS=0)
   no_final_norm   the final layer norm left out           (patched: identity instead)
   labels_shifted  every target one token further ahead    (patched: an input-pipeline
@@ -32,6 +33,7 @@ FAULTS = {
     "no_final_norm": "final layer norm dropped",
     "labels_shifted": "labels shifted by one (each target one token further ahead)",
     "causal_mask_dropped": "causal mask dropped (each position attends to the whole sequence)",
+    "lr_div10": "learning rate / 10",
 }
 EXIT_USAGE = 2
 
@@ -118,6 +120,9 @@ def arguments(fault: str, argv: list[str], hits: list, set_attr=setattr) -> tupl
     if fault == "lr_x10":
         flag = f"--set=LEARNING_RATE={10 * _hyper_parameter(argv, 'LEARNING_RATE'):.6g}"
         return [flag], flag
+    if fault == "lr_div10":
+        flag = f"--set=LEARNING_RATE={_hyper_parameter(argv, 'LEARNING_RATE') / 10:.6g}"
+        return [flag], flag
     if fault == "no_warmup":
         return ["--set=LR_WARMUP_STEPS=0"], "--set=LR_WARMUP_STEPS=0"
     if fault == "no_final_norm":
@@ -160,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     job_dir = Path(job_dirs[-1])
-    if code == 0 and fault in ("no_final_norm", "labels_shifted") and not hits:
+    if code == 0 and not extra and not hits:
         # The trainer no longer has what the patch replaces: the run is not broken at all.
         print(
             f"pax.tools.faults: the {fault} patch never applied ({how}); the trainer changed, "

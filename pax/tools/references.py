@@ -40,9 +40,10 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_EXPERIMENT = "tasks.lm.params.lm_cloud.LmCloudSpmdTiny"
 DEFAULT_SEEDS = "1-10"
 DEFAULT_HELD_OUT = "11,12,1234"  # 1234: SEED's default, the README's `./noxw -s train` run
-# The faults that break the tiny run. no_warmup does not since its model follows Pax (Adam
-# with praxis's per-tensor update cap): its curve was inside the band, a little below the seeds.
-FAULTS = ("lr_x10", "no_final_norm", "labels_shifted", "causal_mask_dropped")
+# The faults that break the tiny run. Since its model follows Pax, two do not in 150 steps:
+# no_warmup (a little below the seeds, inside) and causal_mask_dropped (+4.5 stds at the
+# step-50 eval, inside; the model does not learn to read the leaked token that soon).
+FAULTS = ("lr_x10", "lr_div10", "no_final_norm", "labels_shifted")
 FAULT_SEED = 101  # the broken runs' seeds: 101, 102, ...: in neither the band nor held out
 
 

@@ -73,6 +73,7 @@ def test_config_faults_are_set_overrides():
     assert faults.arguments("lr_x10", [*argv, "--set=LEARNING_RATE=0.002"], [])[0] == [
         "--set=LEARNING_RATE=0.02"
     ]
+    assert faults.arguments("lr_div10", argv, [])[0] == ["--set=LEARNING_RATE=0.0003"]
     assert faults.arguments("no_warmup", argv, [])[0] == ["--set=LR_WARMUP_STEPS=0"]
 
 
