@@ -90,6 +90,20 @@ def unstage(variables: dict, num_stages: int, num_layers: int) -> dict:
     return out
 
 
+def unscan(variables: dict, num_layers: int) -> dict:
+    """Variables of a model whose layers nn.scan stacks (`layers`, each leaf (layer, ...)) laid
+    out as the same model's with unrolled layers (`layer_<i>`); other variables as they are."""
+    out = {}
+    for collection, tree in variables.items():
+        tree = dict(tree)
+        stacked = tree.pop("layers", None)
+        if stacked is not None:
+            for i in range(num_layers):
+                tree[f"layer_{i}"] = jax.tree.map(lambda a, i=i: a[i], stacked)
+        out[collection] = tree
+    return out
+
+
 def make_generate(
     model: TransformerLm,
     max_new: int,
@@ -100,8 +114,17 @@ def make_generate(
     """generate(variables, tokens, positions, segment_ids, rows, seed) -> dict of arrays.
 
     Pure and traceable: jit it (Generator does). eos_id < 0: never stop at a token.
+
+    Variables come laid out as `model` has them; repeated layers are decoded unrolled, each
+    layer's parameters and cache their own arrays (`unscan`, once per call, outside the loop).
+    Under nn.scan every step sliced each layer's cache out of the stacked one and stacked the
+    updated slices back: three copies of the whole cache per step, which made a step cost
+    several times reading the cache once, the least any step over a fixed buffer costs.
     """
     max_seq_len = model.cfg.seq_len
+    stacked = model.cfg.use_repeated_layer and model.num_stages == 1
+    if stacked:
+        model = model.clone(cfg=dataclasses.replace(model.cfg, use_repeated_layer=False))
 
     def forward(variables, cache, tokens, positions, segment_ids):
         logits, mutated = model.apply(
@@ -114,6 +137,8 @@ def make_generate(
         return mutated[kv_cache.COLLECTION], logits[:, -1]
 
     def generate(variables, tokens, positions, segment_ids, rows, seed):
+        if stacked:
+            variables = unscan(variables, model.cfg.num_layers)
         batch, length = tokens.shape
         row_keys = jax.vmap(jax.random.fold_in, (None, 0))(jax.random.key(seed), rows)
         cache = kv_cache.init(model, variables, batch, length + max_new)

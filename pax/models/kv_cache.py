@@ -10,9 +10,11 @@ tokens. Rotary keys are cached rotated (by their own positions); learned or sinu
 embeddings are added to the inputs, which each call gets with its own positions.
 
 The cache exists only while its collection is mutable in `apply` (never during `init`), so
-training and evaluation never create one. Keys and values are laid out (batch, length, kv heads,
-dims) and constrained by logical names like everything else: batch over (`replica`, `data`),
-heads over `mdl`.
+training and evaluation never create one. Keys and values are laid out (batch, kv heads, length,
+dims): each (row, head) is one contiguous [length, dims] matrix, the operand both attention dots
+take as it is (a (batch, length, heads, dims) buffer made XLA:CPU transpose the whole cache into
+that shape at every decode step). They are constrained by logical names like everything else:
+batch over (`replica`, `data`), heads over `mdl`.
 """
 
 import jax
@@ -20,7 +22,7 @@ import jax.numpy as jnp
 
 COLLECTION = "cache"
 EMPTY = -1  # the segment id of a slot nothing has been written to
-KV_AXES = ("batch", "length", "heads", "kv")
+KV_AXES = ("batch", "heads", "length", "kv")
 
 
 def decoding(module) -> bool:
@@ -35,7 +37,8 @@ def default_segments(positions, segment_ids):
 
 def extend(module, k, v, positions, segment_ids):
     """Writes this call's keys and values (batch, t, kv heads, dims) at the cache's index and
-    returns the whole cache: (keys, values, slot positions, slot segment ids).
+    returns the whole cache: (keys, values (batch, kv heads, length, dims), slot positions,
+    slot segment ids).
 
     A call that finds no cache creates one at its input's length: `init` traces one call that
     way (abstractly) to learn the cache's structure for a given batch and length.
@@ -44,6 +47,7 @@ def extend(module, k, v, positions, segment_ids):
     def variable(name, fill, shape, dtype):
         return module.variable(COLLECTION, name, jnp.full, shape, fill, dtype)
 
+    k, v = k.swapaxes(1, 2), v.swapaxes(1, 2)  # this call's t tokens only: cheap
     keys = variable("key", 0, k.shape, k.dtype)
     values = variable("value", 0, v.shape, v.dtype)
     slot_positions = variable("positions", 0, positions.shape, jnp.int32)
@@ -51,14 +55,14 @@ def extend(module, k, v, positions, segment_ids):
     index = variable("index", 0, (), jnp.int32)
     at = index.value
 
-    def write(buffer, new):
-        return jax.lax.dynamic_update_slice_in_dim(buffer, new.astype(buffer.dtype), at, axis=1)
+    def write(buffer, new, axis):
+        return jax.lax.dynamic_update_slice_in_dim(buffer, new.astype(buffer.dtype), at, axis)
 
-    keys.value = module.constrain(write(keys.value, k), KV_AXES)
-    values.value = module.constrain(write(values.value, v), KV_AXES)
-    slot_positions.value = write(slot_positions.value, positions)
-    slot_segments.value = write(slot_segments.value, segment_ids)
-    index.value = at + k.shape[1]
+    keys.value = module.constrain(write(keys.value, k, 2), KV_AXES)
+    values.value = module.constrain(write(values.value, v, 2), KV_AXES)
+    slot_positions.value = write(slot_positions.value, positions, 1)
+    slot_segments.value = write(slot_segments.value, segment_ids, 1)
+    index.value = at + positions.shape[1]
     return keys.value, values.value, slot_positions.value, slot_segments.value
 
 

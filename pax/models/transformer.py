@@ -157,23 +157,26 @@ class LayerNorm(nn.Module):
         return (y * (1.0 + scale) + bias).astype(x.dtype)
 
 
-def _attend(q, k, v, q_positions, k_positions, q_segments, k_segments, cap: float, dtype):
-    """Causal softmax attention of q (batch, t, group, kv_heads, dims) over k, v (batch, s, ...);
-    with segment ids (packed inputs), only within a query's own segment."""
+def _attend(
+    q, k, v, q_positions, k_positions, q_segments, k_segments, cap: float, dtype, kv="bsnd"
+):
+    """Causal softmax attention of q (batch, t, group, kv_heads, dims) over k, v (batch, s,
+    kv_heads, dims), or with kv="bnsd" (batch, kv_heads, s, dims), the KV cache's layout; with
+    segment ids (packed inputs), only within a query's own segment."""
     b, t, g, n, d = q.shape
     # A group's query heads share one key/value head, so the group folds into the query axis
     # (row t*g + j is query t of head j) and the scores are 4-D, (batch, kv_heads, t*g, s): the
     # order dot_general yields, so XLA never transposes them, the layer's largest tensors (the
     # 5-D "bngts" layout made XLA:CPU transpose them 20 times per bench step).
     q = q.reshape(b, t * g, n, d)
-    logits = _cap(jnp.einsum("bqnd,bsnd->bnqs", q, k).astype(jnp.float32), cap)
+    logits = _cap(jnp.einsum(f"bqnd,{kv}->bnqs", q, k).astype(jnp.float32), cap)
     mask = jnp.repeat(q_positions, g, axis=1)[:, None, :, None] >= k_positions[:, None, None, :]
     if q_segments is not None:
         q_segments = jnp.repeat(q_segments, g, axis=1)
         mask &= q_segments[:, None, :, None] == k_segments[:, None, None, :]
     logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(logits, axis=-1).astype(dtype)
-    return jnp.einsum("bnqs,bsnd->bqnd", probs, v).reshape(b, t, g, n, d)
+    return jnp.einsum(f"bnqs,{kv}->bqnd", probs, v).reshape(b, t, g, n, d)
 
 
 class Attention(_Sharded):
@@ -205,11 +208,12 @@ class Attention(_Sharded):
         q, k, v = qkv[:, :, :group], qkv[:, :, group], qkv[:, :, group + 1]
         if c.use_rotary_position_emb:
             q, k = _rotary(q, positions), _rotary(k, positions)
-        k_positions, k_segments = positions, segment_ids
+        k_positions, k_segments, kv_layout = positions, segment_ids, "bsnd"
         if kv_cache.decoding(self):
             # Keys and values of the tokens fed before come from the cache; this call's join them.
             segment_ids = kv_cache.default_segments(positions, segment_ids)
             k, v, k_positions, k_segments = kv_cache.extend(self, k, v, positions, segment_ids)
+            kv_layout = "bnsd"
         if c.per_dim_scale:
             # praxis PerDimScale: a learned per-dimension factor, 1/sqrt(dims) at init.
             scale = self.param(
@@ -236,6 +240,7 @@ class Attention(_Sharded):
                 k_segments,
                 c.atten_logit_cap,
                 self.dtype,
+                kv_layout,
             )
 
         size = c.attention_query_chunk

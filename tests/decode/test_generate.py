@@ -120,7 +120,8 @@ def test_only_a_mutable_cache_collection_makes_a_cache():
     plain = model.apply(variables, tokens)
     cached, state = model.apply(variables, tokens, mutable=[kv_cache.COLLECTION])
     # A cache created by this call holds just its tokens: attention is the plain one.
-    assert state[kv_cache.COLLECTION]["layers"]["attention"]["key"].shape == (2, 2, 32, 4, 16)
+    # (layers, batch, kv heads, length, dims)
+    assert state[kv_cache.COLLECTION]["layers"]["attention"]["key"].shape == (2, 2, 4, 32, 16)
     np.testing.assert_allclose(cached, plain, atol=1e-5)
 
 
@@ -197,11 +198,11 @@ def test_sharded_decoding_matches_one_device_and_splits_the_cache():
         return sharded_model.apply({**v, "cache": cache}, tokens, mutable=["cache"])[1]
 
     cache = jax.jit(prefill)(placed, jnp.asarray(batch.tokens))["cache"]
-    key = cache["layers"]["attention"]["key"]  # (layers, batch, length, kv heads, dims)
-    assert key.shape == (2, 4, 24, 4, 16)
+    key = cache["layers"]["attention"]["key"]  # (layers, batch, kv heads, length, dims)
+    assert key.shape == (2, 4, 4, 24, 16)
     spec = key.sharding.spec
     assert tuple(spec)[1] == ("replica", "data") or tuple(spec)[1] == "data"
-    assert tuple(spec)[3] == "mdl"
+    assert tuple(spec)[2] == "mdl"
 
 
 def _logical_specs(model):
@@ -223,3 +224,25 @@ def test_one_compilation_per_shape_bucket():
         for _, batch in prompts_lib.batches(group, 4, 1, 32):
             generator(variables, batch, seed=0)
     assert generator._generate._cache_size() == 2
+
+
+def test_unscan_lays_out_the_stacked_layers_as_an_unrolled_model_has_them():
+    """Generation decodes repeated layers unrolled: the unrolled model on unscanned variables
+    has the scanned model's parameter tree, layer by layer, and computes the same logits."""
+    model, variables = _model()
+    unrolled_model = TransformerLm(dataclasses.replace(model.cfg, use_repeated_layer=False))
+    tokens = jax.random.randint(jax.random.key(2), (2, 32), 0, 256)
+    unrolled_shapes = jax.eval_shape(unrolled_model.init, jax.random.key(0), tokens)["params"]
+    stacked = variables["params"]["layers"]
+    unrolled = gen.unscan({**variables, "other": {"layers": stacked, "x": 1}}, 2)
+    assert jax.tree.structure(unrolled["params"]) == jax.tree.structure(nn.unbox(unrolled_shapes))
+    for i in range(2):
+        np.testing.assert_array_equal(
+            unrolled["params"][f"layer_{i}"]["ffn"]["wi"], stacked["ffn"]["wi"][i]
+        )
+    assert set(unrolled["other"]) == {"layer_0", "layer_1", "x"}  # every collection, the rest kept
+    np.testing.assert_allclose(
+        unrolled_model.apply({"params": unrolled["params"]}, tokens),
+        model.apply(variables, tokens),
+        atol=1e-5,
+    )
