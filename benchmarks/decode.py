@@ -17,6 +17,18 @@ The predicted speed-up is the ratio of the two computations' forward FLOPs (pax.
 per-token count, which includes attention over the span each token attends to): the cached
 path attends over the whole cache buffer (prompt bucket + new tokens) at every step, the
 recompute path over its bucket. The claim checked: measured / predicted within [0.5, 2].
+
+FLOPs alone cannot be matched by a cached step: it does ~1 flop per 2 bytes of cache it reads
+(one multiply-add per f32 key or value element), so it runs at the memory's speed, not the
+matmul peak. A second prediction is the roofline: each step, of either side, takes at least
+max(FLOPs / peak FLOP/s, bytes / read bandwidth), with the peak (an n x n matmul) and the
+bandwidth (a sum over a buffer far larger than the caches) measured in the same run, and the
+bytes the least a step must move (`step_bytes`): every parameter once, plus for a cached step
+the whole cache buffer (keys, values, slot positions and segment ids of every layer), for a
+recompute step the keys and values of its own sequence, written and read once (its attention
+scores could stay on chip, so they are not counted: this favours the recompute side). The
+claim checked beside the first: measured / roofline-predicted speed-up within [0.5, 2]; each
+side's roofline time over its measured time is printed too (how close each runs to its floor).
 """
 
 import argparse
@@ -33,6 +45,7 @@ from jax.sharding import Mesh
 from pax.decode import prompts as prompts_lib
 from pax.decode.generate import Generator, decode_model
 from pax.decode.sampling import Sampling
+from pax.models.transformer import GATED
 from pax.parallel import sharding
 from pax.tasks.lm.params.lm_cloud import LmCloudSpmdTiny
 from pax.train import mfu
@@ -60,6 +73,87 @@ class SmallDecodeBenchLm(DecodeBenchLm):
 def _forward_flops(cfg, tokens: int, span: int) -> float:
     """Forward FLOPs of `tokens` tokens each attending over `span` slots."""
     return tokens * mfu.flops_per_token(cfg, span) / 3.0  # flops_per_token counts training: 3x
+
+
+def parameter_bytes(cfg) -> int:
+    """Bytes of the parameters one forward step reads: all of them, once (the embedding table
+    is the softmax weight as well unless SEPARATE_EMBEDDING; a learned position table is read
+    only at the step's positions, so it is left out)."""
+    e, f, h, k, d = (
+        cfg.model_dims,
+        cfg.hidden_dims,
+        cfg.num_heads,
+        cfg.num_kv_heads,
+        cfg.dims_per_head,
+    )
+    ffn_in = 2 if cfg.activation in GATED else 1
+    layer = e * (h + 2 * k) * d + h * d * e + e * f * ffn_in + f * e + 4 * e  # + 2 norms
+    layer += (f * ffn_in + e) if cfg.ffn_has_bias else 0
+    layer += ((h + 2 * k) * d + e) if cfg.use_bias else 0
+    layer += d if cfg.per_dim_scale else 0
+    once = cfg.vocab_size * e * (2 if cfg.separate_embedding else 1) + 2 * e  # + final norm
+    once += cfg.vocab_size if cfg.softmax_has_bias else 0
+    return (cfg.num_layers * layer + once) * np.dtype(cfg.param_dtype).itemsize
+
+
+def cache_bytes(cfg, batch: int, length: int) -> int:
+    """Bytes of a KV cache buffer of `length` slots (pax.models.kv_cache): every layer's keys
+    and values (fprop dtype) and its own int32 slot positions and segment ids."""
+    kv = 2 * batch * length * cfg.num_kv_heads * cfg.dims_per_head
+    kv *= np.dtype(cfg.fprop_dtype).itemsize
+    return cfg.num_layers * (kv + 2 * batch * length * 4)
+
+
+def step_bytes(cfg, batch: int, length: int, span: int = 0) -> int:
+    """The least a forward step over `length` tokens per row moves: the parameters, plus with a
+    cache of `span` slots the whole buffer (read, or at the prefill filled), without one the
+    keys and values of its own tokens, written once and read once."""
+    if span:
+        return parameter_bytes(cfg) + cache_bytes(cfg, batch, span)
+    kv = 2 * cfg.num_layers * batch * length * cfg.num_kv_heads * cfg.dims_per_head
+    return parameter_bytes(cfg) + 2 * kv * np.dtype(cfg.fprop_dtype).itemsize
+
+
+def roofline_seconds(flops: float, nbytes: float, peak: float, bandwidth: float) -> float:
+    return max(flops / peak, nbytes / bandwidth)
+
+
+def predicted_roofline(
+    cfg, batch: int, prompt_bucket: int, new: int, peak: float, bandwidth: float
+) -> dict:
+    """Roofline times of both ways of generating `new` tokens: the sum over their steps of
+    max(FLOPs / peak, bytes / bandwidth)."""
+    span = prompt_bucket + new
+
+    def seconds(tokens, attended, length, cache_span=0):
+        flops = _forward_flops(cfg, batch * tokens, attended)
+        return roofline_seconds(flops, step_bytes(cfg, batch, length, cache_span), peak, bandwidth)
+
+    cached = seconds(prompt_bucket, span, prompt_bucket, span)  # prefill
+    cached += (new - 1) * seconds(1, span, 1, span)
+    recompute = 0.0
+    for i in range(new):
+        length = _bucket(prompt_bucket + i)
+        recompute += seconds(length, length, length)
+    return {
+        "cached_roofline_s": cached,
+        "recompute_roofline_s": recompute,
+        "roofline_speedup": recompute / cached,
+    }
+
+
+def measure_read_bandwidth(mib: int = 256, repeats: int = 5) -> float:
+    """Best-of-`repeats` bytes/s of summing a float32 buffer of `mib` MiB (far larger than the
+    CPU's caches at the default): how fast a step can stream its cache."""
+    a = jnp.ones((mib * 2**20 // 4,), jnp.float32)
+    total = jax.jit(jnp.sum)
+    total(a).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        total(a).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return a.nbytes / best
 
 
 def _bucket(length: int) -> int:
@@ -131,10 +225,13 @@ class Recompute:
         return statistics.median(times)
 
 
-def measure(small: bool = False, repeats: int = 3, batch: int = 16, prompt_len: int = 48) -> dict:
+def measure(
+    small: bool = False, repeats: int = 3, batch: int = 16, prompt_len: int = 48, news=None
+) -> dict:
+    """news: the numbers of new tokens to time (default (128, 1024), small (8, 32))."""
     experiment = SmallDecodeBenchLm if small else DecodeBenchLm
     cfg = experiment().task().model
-    news = (8, 32) if small else (128, 1024)
+    news = news or ((8, 32) if small else (128, 1024))
     device = jax.devices()[0]
     mesh = Mesh(np.asarray([device]).reshape(1, 1, 1), ("replica", "data", "mdl"))
     model = decode_model(cfg)
@@ -148,6 +245,8 @@ def measure(small: bool = False, repeats: int = 3, batch: int = 16, prompt_len: 
     ((_, prompt_batch),) = prompts_lib.batches(prompts, batch, 1, cfg.seq_len)
     prompt_bucket = prompt_batch.tokens.shape[1]
     replicated = jax.tree.map(lambda _: sharding.replicated(mesh), variables)
+    peak = mfu.measure_matmul_peak(cfg.fprop_dtype)
+    bandwidth = measure_read_bandwidth(64 if small else 256)
     rows = []
     for new in news:
         generator = Generator(cfg, mesh, replicated, new, Sampling("greedy"))
@@ -168,6 +267,8 @@ def measure(small: bool = False, repeats: int = 3, batch: int = 16, prompt_len: 
             "recompute_s": recompute_s,
             "recompute_step_s_by_length": {str(k): v for k, v in sorted(per_bucket.items())},
             **predicted_speedup(cfg, batch, prompt_bucket, new),
+            **predicted_roofline(cfg, batch, prompt_bucket, new, peak, bandwidth),
+            "cached_step_bytes": step_bytes(cfg, batch, 1, prompt_bucket + new),
         }
         if new == news[0]:  # the real loop once, against the per-bucket sum
             recompute.run()  # compiled already; this one warms the loop's own dispatch
@@ -177,6 +278,9 @@ def measure(small: bool = False, repeats: int = 3, batch: int = 16, prompt_len: 
             row["same_tokens"] = bool(np.array_equal(recomputed, out.tokens))
         row["measured_speedup"] = recompute_s / row["cached_s"]["median"]
         row["measured_over_predicted"] = row["measured_speedup"] / row["speedup"]
+        row["measured_over_roofline"] = row["measured_speedup"] / row["roofline_speedup"]
+        row["cached_roofline_over_measured"] = row["cached_roofline_s"] / row["cached_s"]["median"]
+        row["recompute_roofline_over_measured"] = row["recompute_roofline_s"] / recompute_s
         row["cached_tokens_per_s"] = batch * new / row["cached_s"]["median"]
         row["recompute_tokens_per_s"] = batch * new / recompute_s
         rows.append(row)
@@ -193,6 +297,9 @@ def measure(small: bool = False, repeats: int = 3, batch: int = 16, prompt_len: 
             "recompute_bucket": BUCKET,
             "dtype": cfg.fprop_dtype,
         },
+        "peak_flops": peak,
+        "read_bandwidth": bandwidth,
+        "parameter_bytes": parameter_bytes(cfg),
         "runs": rows,
     }
 
@@ -211,7 +318,10 @@ def report(r: dict) -> str:
     lines = [
         f"decode       {c['layers']} layers x {c['model_dims']} dims, {c['heads']} heads, batch "
         f"{c['batch']}, prompts of {c['prompt_tokens']} tokens (bucket {c['prompt_bucket']}), "
-        f"greedy, {c['dtype']}, {r['device']}"
+        f"greedy, {c['dtype']}, {r['device']}",
+        f"decode       roofline: matmul peak {r['peak_flops'] / 1e9:.0f} GFLOP/s, read bandwidth "
+        f"{r['read_bandwidth'] / 1e9:.1f} GB/s (both measured now); parameters "
+        f"{r['parameter_bytes'] / 1e6:.1f} MB",
     ]
     for row in r["runs"]:
         check = ""
@@ -226,6 +336,13 @@ def report(r: dict) -> str:
             f"tokens/s ({row['recompute_s']:.3g} s{check}); speed-up {row['measured_speedup']:.1f}x "
             f"vs {row['speedup']:.1f}x predicted by FLOPs = {row['measured_over_predicted']:.2f} "
             "(target 0.5..2)"
+        )
+        lines.append(
+            f"decode {row['new_tokens']:>5} new: roofline (cached step reads "
+            f"{row['cached_step_bytes'] / 1e6:.1f} MB) predicts {row['roofline_speedup']:.1f}x: "
+            f"measured / roofline = {row['measured_over_roofline']:.2f} (target 0.5..2); each "
+            f"side's roofline / measured time: cached {row['cached_roofline_over_measured']:.2f}, "
+            f"recompute {row['recompute_roofline_over_measured']:.2f}"
         )
     return "\n".join(lines)
 

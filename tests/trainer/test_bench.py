@@ -50,6 +50,7 @@ def test_bench_produces_every_figure(tmp_path, capsys):
     for run in r["decode"]["runs"]:
         assert run["cached_tokens_per_s"] > 0 and run["recompute_tokens_per_s"] > 0
         assert run["speedup"] > 1 and run["measured_over_predicted"] > 0
+        assert run["roofline_speedup"] > 1 and run["measured_over_roofline"] > 0
     text = capsys.readouterr().out
     for label in (
         "machine",
