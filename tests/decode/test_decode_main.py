@@ -25,6 +25,9 @@ TINY = [
     "--set=MODEL_DIMS=64",
     "--set=HIDDEN_DIMS=128",
     "--set=SEQ_LEN=32",
+    "--set=USE_ROTARY_POSITION_EMB=False",
+    "--set=WEIGHT_INIT=xavier",
+    "--set=WEIGHT_INIT_SCALE=1.000001",
 ]
 SHORT_RUN = [
     "--set=PERCORE_BATCH_SIZE=8",
