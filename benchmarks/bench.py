@@ -351,6 +351,13 @@ def main(argv=None) -> int:
         default="float32",
         help="FPROP_DTYPE (activations) of all three loops",
     )
+    parser.add_argument(
+        "--decode",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also measure decoding (benchmarks/decode.py); its recompute side takes about "
+        "15 min of a 2-core CPU, so --no-decode gives the training figures alone",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument(
         "--record",
@@ -367,8 +374,9 @@ def main(argv=None) -> int:
     config = "small" if args.small else args.config
     result = measure(experiment(config, args.dtype), args.steps, args.repeats)
     print(report(result))
-    result["decode"] = decode.measure(small=config == "small", repeats=args.repeats)
-    print(decode.report(result["decode"]))
+    if args.decode:
+        result["decode"] = decode.measure(small=config == "small", repeats=args.repeats)
+        print(decode.report(result["decode"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

@@ -23,6 +23,7 @@ the fans praxis would initialize with). Every parameter carries logical axis nam
 axis each name lands on is decided by pax.parallel.sharding, never here.
 """
 
+import functools
 import math
 from typing import Any, Optional
 
@@ -95,6 +96,36 @@ def _rotary(x, positions, max_wavelength: float = 10_000.0):
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def weight_einsum(eqn: str, x, w):
+    """jnp.einsum(eqn, x, w) for an activation x and a weight w, with the weight gradient
+    written as einsum(x, dy) rather than autodiff's einsum(dy, x).
+
+    The order decides which operand XLA transposes to put the contracted (batch, length) axes
+    where its matmul wants them: x, a stored activation, is then a plain copy; dy is the end
+    of an elementwise chain (the activation's derivative, the residual stream's LayerNorm
+    backward, growing layer by layer), and XLA:CPU fused that whole chain into the transposing
+    copy, recomputing it there: 14% of a bench step's CPU time.
+    """
+    return jnp.einsum(eqn, x, w)
+
+
+def _weight_einsum_fwd(eqn, x, w):
+    return jnp.einsum(eqn, x, w), (x, w)
+
+
+def _weight_einsum_bwd(eqn, residuals, dy):
+    x, w = residuals
+    ins, out = eqn.split("->")
+    x_axes, w_axes = ins.split(",")
+    dx = jnp.einsum(f"{out},{w_axes}->{x_axes}", dy, w)
+    dw = jnp.einsum(f"{x_axes},{out}->{w_axes}", x, dy)
+    return dx.astype(x.dtype), dw.astype(w.dtype)
+
+
+weight_einsum.defvjp(_weight_einsum_fwd, _weight_einsum_bwd)
+
+
 class _Sharded(nn.Module):
     cfg: ModelConfig
     mesh: Any = None
@@ -135,7 +166,9 @@ class _Sharded(nn.Module):
 
     def project(self, eqn: str, x, w, name: str):
         """A weight matmul; FP8 (pax.models.fp8) with USE_FP8, its scales under `name`_fp8."""
-        return fp8.einsum(f"{name}_fp8", eqn, x, w, self.cfg.use_fp8)
+        if self.cfg.use_fp8:
+            return fp8.einsum(f"{name}_fp8", eqn, x, w, True)
+        return weight_einsum(eqn, x, w)
 
 
 class LayerNorm(nn.Module):
@@ -205,7 +238,10 @@ class Attention(_Sharded):
         if c.use_bias:
             qkv = qkv + self.bias("qkv_bias", (group + 2, kv_heads, dims), (None, "heads", "kv"))
         qkv = checkpoint_name(qkv, "combined_qkv_proj")
-        q, k, v = qkv[:, :, :group], qkv[:, :, group], qkv[:, :, group + 1]
+        # jnp.split, not indexing: its gradient is one concatenate, where three slices' are three
+        # zero-padded copies of the whole projection summed.
+        q, k, v = jnp.split(qkv, (group, group + 1), axis=2)
+        k, v = k.squeeze(2), v.squeeze(2)
         if c.use_rotary_position_emb:
             q, k = _rotary(q, positions), _rotary(k, positions)
         k_positions, k_segments, kv_layout = positions, segment_ids, "bsnd"

@@ -70,6 +70,17 @@ def test_bench_produces_every_figure(tmp_path, capsys):
     assert "| 1 × 64, seq 32, batch 8, f32" in table.render_table([r])
 
 
+def test_no_decode_leaves_decoding_out(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert (
+        bench.main(["--small", "--steps", "2", "--repeats", "1", "--no-decode", "--json", str(out)])
+        == 0
+    )
+    r = json.loads(out.read_text())
+    assert "decode" not in r and r["trainer_over_baseline"]["n"] == 1
+    assert not any(line.startswith("decode") for line in capsys.readouterr().out.splitlines())
+
+
 def test_configs_and_dtype_options():
     assert bench.experiment("bench", "float32") is bench.BenchLm
     large = bench.experiment("large", "bfloat16")().task().model

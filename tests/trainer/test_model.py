@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pax.errors import UsageError
+from pax.models import transformer
 from pax.models.transformer import TransformerLm, lm_loss
 from pax.train import loop
 from tests.trainer.helpers import Tiny, derive
@@ -99,6 +100,49 @@ def test_remat_and_scan_unroll_change_speed_and_memory_not_math(change):
     g2 = jax.jit(jax.grad(lambda p: loss(remat_model, p)))(params)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "eqn, x_shape, w_shape",
+    [
+        ("bte,ecnd->btcnd", (2, 5, 8), (8, 3, 2, 4)),  # fused QKV
+        ("btgnd,gnde->bte", (2, 5, 2, 2, 4), (2, 2, 4, 8)),  # attention output
+        ("bte,egh->btgh", (2, 5, 8), (8, 2, 6)),  # gated feed-forward
+        ("bth,he->bte", (2, 5, 6), (6, 8)),
+    ],
+)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_weight_einsum_gradients_are_autodiffs(eqn, x_shape, w_shape, dtype):
+    x = jax.random.normal(jax.random.key(0), x_shape, dtype)
+    w = jax.random.normal(jax.random.key(1), w_shape, dtype)
+    probe = jax.random.normal(jax.random.key(2), jnp.einsum(eqn, x, w).shape, dtype)
+
+    def grads(einsum):
+        return jax.grad(lambda x, w: (einsum(x, w) * probe).astype(jnp.float32).sum(), (0, 1))(x, w)
+
+    ours = jax.jit(lambda: grads(lambda x, w: transformer.weight_einsum(eqn, x, w)))()
+    plain = jax.jit(lambda: grads(lambda x, w: jnp.einsum(eqn, x, w)))()
+    tol = 1e-6 if dtype == jnp.float32 else 2e-2
+    for a, b in zip(ours, plain):
+        assert a.dtype == b.dtype == dtype
+        np.testing.assert_allclose(np.float32(a), np.float32(b), rtol=tol, atol=tol)
+
+
+def test_model_gradients_do_not_depend_on_the_weight_gradient_order(monkeypatch):
+    """The whole model (GQA, gated FFN) against autodiff's own einsum gradients."""
+    model, params, tokens = _model_and_params(derive(Tiny, NUM_KV_HEADS=2, ACTIVATION="swiglu"))
+
+    def grads():
+        def loss(p):
+            logits = model.apply({"params": p}, tokens)
+            return lm_loss(logits, _targets(tokens), jnp.ones(tokens.shape))[0]
+
+        return jax.jit(jax.grad(loss))(params)
+
+    ours = grads()
+    monkeypatch.setattr(transformer, "weight_einsum", lambda eqn, x, w: jnp.einsum(eqn, x, w))
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(grads())):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
 
 
 def test_softmax_cap_bounds_logits():
