@@ -24,13 +24,11 @@ OWG = fp8_ops.OVERWRITE_WITH_GRADIENT
 LAYER_COLLECTIONS = ("params", OWG)
 
 
-def einsum(name: str, eqn: str, x, w, use_fp8: bool):
-    """jnp.einsum(eqn, x, w); with use_fp8 an FP8 einsum whose OWG state lives under `name`.
+def einsum(name: str, eqn: str, x, w):
+    """The FP8 einsum(eqn, x, w), its OWG state under `name`.
 
     Call it from inside a compact module (the FP8 einsum is a submodule).
     """
-    if not use_fp8:
-        return jnp.einsum(eqn, x, w)
     return fp8_ops.Fp8Einsum(name=name)(eqn, x, w)
 
 

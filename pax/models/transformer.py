@@ -167,7 +167,7 @@ class _Sharded(nn.Module):
     def project(self, eqn: str, x, w, name: str):
         """A weight matmul; FP8 (pax.models.fp8) with USE_FP8, its scales under `name`_fp8."""
         if self.cfg.use_fp8:
-            return fp8.einsum(f"{name}_fp8", eqn, x, w, True)
+            return fp8.einsum(f"{name}_fp8", eqn, x, w)
         return weight_einsum(eqn, x, w)
 
 
