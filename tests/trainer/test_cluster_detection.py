@@ -1,7 +1,7 @@
 """Joining a job from the environment: jax's cluster detection, driven by faked cluster env vars."""
 
+import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -117,8 +117,11 @@ from pax.parallel import distributed
 distributed.initialize(None, 1, None)
 import jax
 from jax.experimental import multihost_utils
+import json, sys
 ranks = multihost_utils.process_allgather(jax.numpy.array(jax.process_index()))
-print('joined', jax.process_index(), jax.process_count(), jax.device_count(), ranks.tolist())
+joined = [jax.process_index(), jax.process_count(), jax.device_count(), ranks.tolist()]
+with open(sys.argv[1], "w") as f:
+    json.dump(joined, f)
 """
 
 
@@ -139,7 +142,7 @@ def test_two_slurm_tasks_join_without_flags(tmp_path):
     )
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _PROBE],
+            [sys.executable, "-c", _PROBE, str(tmp_path / f"joined{i}.json")],
             cwd=ROOT,
             text=True,
             stdout=subprocess.PIPE,
@@ -150,6 +153,7 @@ def test_two_slurm_tasks_join_without_flags(tmp_path):
     ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
-    # gloo's own log lines share stdout and may run into ours without a newline.
-    joined = [re.findall(r"joined \d+ \d+ \d+ \[[\d, ]*\]", out) for out, _ in outs]
-    assert joined == [["joined 0 2 4 [0, 1]"], ["joined 1 2 4 [0, 1]"]]
+    # Each task writes what it joined to a file: gloo's own log lines share stdout and once cut
+    # into the middle of a printed line.
+    joined = [json.loads((tmp_path / f"joined{i}.json").read_text()) for i in range(2)]
+    assert joined == [[0, 2, 4, [0, 1]], [1, 2, 4, [0, 1]]]
