@@ -126,6 +126,30 @@ def _weight_einsum_bwd(eqn, residuals, dy):
 weight_einsum.defvjp(_weight_einsum_fwd, _weight_einsum_bwd)
 
 
+@jax.custom_vjp
+def add_bias(y, b):
+    """y + b over y's leading (batch, length) axes, b's gradient summed in float32.
+
+    Autodiff sums a bf16 gradient in bf16, which XLA:CPU runs as a float32 copy of dy cut into
+    windows (reduce-window): 16 ms for a [8, 256, 2048] bias gradient of the bf16 bench step,
+    against about 1 ms for a float32-accumulating sum; float32 accumulation is also the more
+    accurate of the two.
+    """
+    return y + b
+
+
+def _add_bias_fwd(y, b):
+    return y + b, None
+
+
+def _add_bias_bwd(_, dy):
+    db = jnp.sum(dy, axis=(0, 1), dtype=jnp.float32)
+    return dy, db.astype(dy.dtype)
+
+
+add_bias.defvjp(_add_bias_fwd, _add_bias_bwd)
+
+
 class _Sharded(nn.Module):
     cfg: ModelConfig
     mesh: Any = None
@@ -236,7 +260,9 @@ class Attention(_Sharded):
             "qkv",
         )
         if c.use_bias:
-            qkv = qkv + self.bias("qkv_bias", (group + 2, kv_heads, dims), (None, "heads", "kv"))
+            qkv = add_bias(
+                qkv, self.bias("qkv_bias", (group + 2, kv_heads, dims), (None, "heads", "kv"))
+            )
         qkv = checkpoint_name(qkv, "combined_qkv_proj")
         # jnp.split, not indexing: its gradient is one concatenate, where three slices' are three
         # zero-padded copies of the whole projection summed.
@@ -303,7 +329,7 @@ class Attention(_Sharded):
             "post",
         )
         if c.use_bias:
-            out = out + self.bias("post_bias", (d,), ("embed",))
+            out = add_bias(out, self.bias("post_bias", (d,), ("embed",)))
         return checkpoint_name(out, "out_proj")
 
 
@@ -322,21 +348,21 @@ class FeedForward(_Sharded):
                 "wi",
             )
             if c.ffn_has_bias:
-                h = h + self.bias("wi_bias", (2, f), (None, "mlp"))
+                h = add_bias(h, self.bias("wi_bias", (2, f), (None, "mlp")))
             h = act(h[:, :, 0]) * h[:, :, 1]
         else:
             h = self.project(
                 "bte,eh->bth", x, self.weight("wi", (d, f), ("embed", "mlp"), (d, f)), "wi"
             )
             if c.ffn_has_bias:
-                h = h + self.bias("wi_bias", (f,), ("mlp",))
+                h = add_bias(h, self.bias("wi_bias", (f,), ("mlp",)))
             h = act(h)
         h = self.constrain(h, ("batch", "length", "act_mlp"))
         out = self.project(
             "bth,he->bte", h, self.weight("wo", (f, d), ("mlp", "embed"), (f, d)), "wo"
         )
         if c.ffn_has_bias:
-            out = out + self.bias("wo_bias", (d,), ("embed",))
+            out = add_bias(out, self.bias("wo_bias", (d,), ("embed",)))
         return out
 
 

@@ -128,8 +128,27 @@ def test_weight_einsum_gradients_are_autodiffs(eqn, x_shape, w_shape, dtype):
         np.testing.assert_allclose(np.float32(a), np.float32(b), rtol=tol, atol=tol)
 
 
-def test_model_gradients_do_not_depend_on_the_weight_gradient_order(monkeypatch):
-    """The whole model (GQA, gated FFN) against autodiff's own einsum gradients."""
+@pytest.mark.parametrize("bias_shape", [(16,), (3, 2, 4)])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_add_bias_gradient_is_the_sum_over_batch_and_length(bias_shape, dtype):
+    y = jax.random.normal(jax.random.key(0), (4, 512) + bias_shape, dtype)
+    b = jax.random.normal(jax.random.key(1), bias_shape, dtype)
+    probe = jax.random.normal(jax.random.key(2), y.shape, dtype)
+    dy, db = jax.jit(
+        jax.grad(
+            lambda y, b: (transformer.add_bias(y, b) * probe).astype(jnp.float32).sum(), (0, 1)
+        )
+    )(y, b)
+    np.testing.assert_array_equal(np.float32(dy), np.float32(probe))
+    exact = np.float64(probe).sum(axis=(0, 1))  # 2048 terms each
+    assert db.dtype == dtype
+    # float32 accumulation: bf16 results are the exact sum rounded once (8 bits: 2^-8).
+    tol = 1e-5 if dtype == jnp.float32 else 2**-8
+    np.testing.assert_allclose(np.float64(db), exact, rtol=tol, atol=tol * np.abs(exact).max())
+
+
+def test_model_gradients_are_autodiffs(monkeypatch):
+    """The whole model (GQA, gated FFN, biases) against autodiff's own einsum and add gradients."""
     model, params, tokens = _model_and_params(derive(Tiny, NUM_KV_HEADS=2, ACTIVATION="swiglu"))
 
     def grads():
@@ -141,6 +160,7 @@ def test_model_gradients_do_not_depend_on_the_weight_gradient_order(monkeypatch)
 
     ours = grads()
     monkeypatch.setattr(transformer, "weight_einsum", lambda eqn, x, w: jnp.einsum(eqn, x, w))
+    monkeypatch.setattr(transformer, "add_bias", lambda y, b: y + b)
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(grads())):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
 
