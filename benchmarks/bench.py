@@ -22,7 +22,7 @@ import time
 import jax
 import numpy as np
 
-from benchmarks import baseline, decode, minimal_loop
+from benchmarks import baseline, decode, minimal_loop, profile
 from benchmarks.table import BENCH_JSON, ROOT, record
 from pax.checkpoint.manager import Checkpointer
 from pax.data.corpus import embedded_text
@@ -185,6 +185,22 @@ def _ratios(numerator, denominator) -> dict:
     return _stats([n / d for n, d in zip(numerator, denominator)])
 
 
+def loops(task) -> tuple:
+    """The task's model in the minimal loop, and the independent baseline, on the same batches."""
+    cfg = task.model
+    data = WindowDataset(ByteTokenizer().encode(embedded_text()), cfg.seq_len, seed=0)
+    batches = [data.batch(i, task.train.percore_batch_size) for i in range(8)]
+    minimal_run = minimal_loop.MinimalLoop(cfg, task.optimizer, batches)
+    baseline_run = baseline.Baseline(
+        baseline_shape(cfg),
+        batches,
+        learning_rate=task.optimizer.learning_rate,
+        clip=task.optimizer.clip_gradient_norm_to_value,
+        weight_decay=task.optimizer.weight_decay,
+    )
+    return minimal_run, baseline_run
+
+
 def measure(experiment_cls, steps: int, repeats: int) -> dict:
     """Trainer, minimal loop, baseline and matmul peak, one interval each per round.
 
@@ -198,16 +214,7 @@ def measure(experiment_cls, steps: int, repeats: int) -> dict:
     tokens_per_step = batch * cfg.seq_len
     flops_per_step = mfu.flops_per_step(cfg, batch)
     load_before = os.getloadavg()
-    data = WindowDataset(ByteTokenizer().encode(embedded_text()), cfg.seq_len, seed=0)
-    batches = [data.batch(i, batch) for i in range(8)]
-    minimal_run = minimal_loop.MinimalLoop(cfg, task.optimizer, batches)
-    baseline_run = baseline.Baseline(
-        baseline_shape(cfg),
-        batches,
-        learning_rate=task.optimizer.learning_rate,
-        clip=task.optimizer.clip_gradient_norm_to_value,
-        weight_decay=task.optimizer.weight_decay,
-    )
+    minimal_run, baseline_run = loops(task)
     minimal_run.interval(1), baseline_run.interval(1)  # compile before any timing
     peaks, minimal, independent = [], [], []
 
@@ -358,6 +365,13 @@ def main(argv=None) -> int:
         help="also measure decoding (benchmarks/decode.py); its recompute side takes about "
         "15 min of a 2-core CPU, so --no-decode gives the training figures alone",
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of timing, trace --steps steps of the model (in the minimal loop) and "
+        "of the baseline and print where each one's time goes (benchmarks/profile.py); on a "
+        "CPU, run under `taskset -c 0` for CPU time per op",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument(
         "--record",
@@ -372,6 +386,10 @@ def main(argv=None) -> int:
             "and --repeats >= 1"
         )
     config = "small" if args.small else args.config
+    if args.profile:
+        runs = loops(experiment(config, args.dtype)().task())
+        print(profile.report(*(profile.op_times(run, args.steps) for run in runs)))
+        return 0
     result = measure(experiment(config, args.dtype), args.steps, args.repeats)
     print(report(result))
     if args.decode:

@@ -16,7 +16,7 @@ import jax
 import jax.extend.core as jex
 import pytest
 
-from benchmarks import baseline, bench, gpu_bench, minimal_loop, table
+from benchmarks import baseline, bench, gpu_bench, minimal_loop, profile, table
 from pax.data.corpus import embedded_text
 from pax.data.sources import WindowDataset
 from pax.data.tokenizers import ByteTokenizer
@@ -79,6 +79,48 @@ def test_no_decode_leaves_decoding_out(tmp_path, capsys):
     r = json.loads(out.read_text())
     assert "decode" not in r and r["trainer_over_baseline"]["n"] == 1
     assert not any(line.startswith("decode") for line in capsys.readouterr().out.splitlines())
+
+
+def test_profile_charges_the_traced_ops_to_their_source(capsys):
+    minimal_run, baseline_run = bench.loops(bench.SmallBenchLm().task())
+    for run, matmul, count in (
+        (minimal_run, "TransformerLm/layers/ffn/ffn.project/bte,eh->bth/dot_general", 1),
+        (baseline_run, "Lm/Block/Dense/dot_general", 4),  # QKV, output, FFN in and out
+    ):
+        groups, wall_ms = profile.op_times(run, 2)
+        traced = sum(ms for ms, _ in groups.values())
+        # At this size a step is mostly dispatch, so the ops cover only part of it; on n
+        # cores, where ops overlap, they add up to at most n steps.
+        assert 0 < traced < len(os.sched_getaffinity(0)) * wall_ms
+        assert groups[("forward", "matmul", matmul)][1] == count  # ops per step, one layer
+        assert {phase for phase, _, _ in groups} == {"forward", "backward", "other"}
+    assert bench.main(["--small", "--profile", "--steps", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("profile")
+    assert any(line.split()[:2] == ["backward", "matmul"] for line in lines)
+    assert "model ops by source, the 15 costliest (ms per step, ops per step):" in lines
+
+
+@pytest.mark.parametrize(
+    "op_name, source",
+    [
+        (
+            "jit(step)/transpose(jvp(TransformerLm))/closed_call/layers/ffn/ffn.project/"
+            "bth,bte->he/dot_general",
+            ("backward", "TransformerLm/layers/ffn/ffn.project/bth,bte->he/dot_general"),
+        ),
+        ("jit(step)/jvp(Lm)/Block_3/LayerNorm_0/mul", ("forward", "Lm/Block/LayerNorm/mul")),
+        (
+            "jit(step)/transpose(jvp(Lm))/Embed_0.attend/dot_general",
+            ("backward", "Lm/Embed.attend/dot_general"),
+        ),
+        ("jit(step)/jvp()/jit(log_softmax)/exp", ("forward", "log_softmax/exp")),
+        ("jit(step)/add", ("other", "add")),
+        ("", ("other", "?")),
+    ],
+)
+def test_profile_source_of_an_op_name(op_name, source):
+    assert profile.source(op_name) == source
 
 
 def test_configs_and_dtype_options():

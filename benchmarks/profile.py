@@ -1,0 +1,158 @@
+"""`./noxw -s bench -- --profile`: where a step's time goes, in the project's model and in the
+independent baseline, op by op.
+
+Each program's step runs under jax.profiler; every traced XLA op is matched to its instruction
+in the compiled HLO and charged to the model code that produced it: the op_name XLA keeps in
+the instruction's metadata (for a fusion, its root's), with the pass (forward, backward, other:
+the loss's reduction, the optimizer) and its kind (matmul, reduce, copy/transpose, ...: for a
+fusion, the first of those it contains) beside it. The per-kind summary compares the two
+programs; the per-source tables say where to look.
+
+On a multi-core CPU ops overlap and the tables add up to more than the step; for CPU time per
+op, pin the process to one core: `taskset -c 0 ./noxw -s bench -- --profile`.
+"""
+
+import collections
+import functools
+import glob
+import os
+import re
+import tempfile
+
+import jax
+from jax.profiler import ProfileData
+
+# Module-instance suffixes (Block_3, layer_0, Dense_2) and call wrappers that say nothing about
+# which code an op came from.
+_INSTANCE = re.compile(r"(?<=[A-Za-z])_\d+(?=[/.]|$)")
+_WRAPPERS = re.compile(r"(?<![^/])(closed_call|checkpoint|rematted_computation|while|body)/")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = .*? ([a-z][\w\-]*)\(")
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%([\w.\-]+) .*\{$")
+_CALLS = re.compile(r"calls=%([\w.\-]+)")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_CONTROL_FLOW = ("while", "call", "conditional")
+_KINDS = (  # the first that a fusion contains names it
+    ("matmul", {"dot", "convolution"}),
+    ("reduce", {"reduce", "reduce-window"}),
+    ("gather/scatter", {"gather", "scatter", "dynamic-slice", "dynamic-update-slice"}),
+    ("copy/transpose", {"copy", "transpose"}),
+    ("concatenate/pad", {"concatenate", "pad", "slice"}),
+)
+
+
+def _kind(opcodes: set) -> str:
+    """What an instruction, or a fusion of `opcodes`, mostly does."""
+    for kind, members in _KINDS:
+        if opcodes & members:
+            return kind
+    return "elementwise"
+
+
+def _instructions(hlo: str) -> dict:
+    """{instruction name: (kind, op_name)} for every instruction of the compiled HLO; a fusion
+    is told by what it fuses and named by its root's op_name."""
+    computations = collections.defaultdict(list)  # name -> [(instruction, opcode, op_name, calls)]
+    roots = {}
+    computation = None
+    for line in hlo.splitlines():
+        header = _COMPUTATION.match(line)
+        if header:
+            computation = header.group(1)
+            continue
+        match = _INSTRUCTION.match(line)
+        if not match:
+            continue
+        op_name, calls = _OP_NAME.search(line), _CALLS.search(line)
+        entry = (*match.groups(), op_name.group(1) if op_name else "", calls and calls.group(1))
+        computations[computation].append(entry)
+        if line.lstrip().startswith("ROOT"):
+            roots[computation] = entry
+
+    @functools.cache
+    def fused(computation) -> frozenset:
+        ops = set()
+        for _, opcode, _, calls in computations[computation]:
+            ops.add(opcode)
+            if calls in computations:
+                ops |= fused(calls)
+        return frozenset(ops)
+
+    described = {}
+    for entries in computations.values():
+        for name, opcode, op_name, calls in entries:
+            if opcode in _CONTROL_FLOW:
+                continue  # its body's ops are traced, and charged, one by one
+            if opcode == "fusion" and calls in roots:
+                # Passes that add instructions (a convert, a copy) leave them unnamed: then
+                # the fusion is named by its named instruction nearest the root.
+                names = [e[2] for e in [roots[calls], *computations[calls][::-1]] if e[2]]
+                described[name] = (_kind(fused(calls)), (names or [op_name])[0])
+            else:
+                described[name] = (_kind({opcode}), op_name)
+    return described
+
+
+def source(op_name: str) -> tuple:
+    """(pass, code path) of an op_name, e.g. ('backward', 'TransformerLm/layers/ffn/mul')."""
+    phase = "backward" if "transpose(" in op_name else "forward" if "jvp(" in op_name else "other"
+    path = re.sub(r"^jit\(step\)/", "", op_name)
+    path = _WRAPPERS.sub("", re.sub(r"(?:transpose|jvp|jit)\(|\)+(?=/|$)", "", path))
+    return phase, _INSTANCE.sub("", path).strip("/") or "?"
+
+
+def op_times(run, steps: int) -> tuple:
+    """({(pass, kind, code path): [ms per step, ops]}, wall ms per step) of a benchmark loop
+    (benchmarks.minimal_loop.MinimalLoop or benchmarks.baseline.Baseline)."""
+    hlo = run.step.lower(run.params, run.opt_state, run.batches[0]).compile().as_text()
+    described = _instructions(hlo)
+    run.interval(1)  # compiled and warm before the trace
+    with tempfile.TemporaryDirectory() as trace_dir:
+        jax.profiler.start_trace(trace_dir)
+        wall_ms = run.interval(steps) * 1e3
+        jax.profiler.stop_trace()
+        (path,) = glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True)
+        profile = ProfileData.from_file(path)
+    groups = collections.defaultdict(lambda: [0.0, 0])
+    for plane in profile.planes:
+        for line in plane.lines:
+            for event in line.events:
+                if event.name in described:
+                    kind, op_name = described[event.name]
+                    phase, code = source(op_name)
+                    group = groups[(phase, kind, code)]
+                    group[0] += event.duration_ns / 1e6 / steps
+                    group[1] += 1 / steps
+    return dict(groups), wall_ms
+
+
+def _by_kind(groups: dict) -> collections.Counter:
+    totals = collections.Counter()
+    for (phase, kind, _), (ms, _) in groups.items():
+        totals[(phase, kind)] += ms
+    return totals
+
+
+def report(model: tuple, baseline: tuple, top: int = 15) -> str:
+    """The per-kind comparison of the two programs, then each one's costliest code paths."""
+    (model_groups, model_wall), (base_groups, base_wall) = model, baseline
+    mine, theirs = _by_kind(model_groups), _by_kind(base_groups)
+    lines = [
+        f"profile      ms per step; ops traced on {len(os.sched_getaffinity(0))} core(s), where "
+        "ops overlap (pin to one core with taskset -c 0 for CPU time per op)",
+        f"  {'pass':9s} {'kind':22s} {'model':>9s} {'baseline':>9s} {'difference':>10s}",
+    ]
+    keys = sorted(set(mine) | set(theirs), key=lambda k: -max(mine[k], theirs[k]))
+    for phase, kind in keys:
+        m, b = mine[(phase, kind)], theirs[(phase, kind)]
+        lines.append(f"  {phase:9s} {kind:22s} {m:9.1f} {b:9.1f} {m - b:+10.1f}")
+    m, b = sum(mine.values()), sum(theirs.values())
+    lines.append(f"  {'all ops':32s} {m:9.1f} {b:9.1f} {m - b:+10.1f}")
+    lines.append(
+        f"  {'step (wall)':32s} {model_wall:9.1f} {base_wall:9.1f} {model_wall - base_wall:+10.1f}"
+    )
+    for label, groups in (("model", model_groups), ("baseline", base_groups)):
+        lines.append(f"{label} ops by source, the {top} costliest (ms per step, ops per step):")
+        costliest = sorted(groups.items(), key=lambda item: -item[1][0])[:top]
+        for (phase, kind, code), (ms, count) in costliest:
+            lines.append(f"  {ms:9.1f} {count:4.0f}  {phase:9s} {kind:15s} {code}")
+    return "\n".join(lines)
