@@ -18,6 +18,7 @@ import glob
 import os
 import re
 import tempfile
+from typing import NamedTuple
 
 import jax
 from jax.profiler import ProfileData
@@ -26,7 +27,7 @@ from jax.profiler import ProfileData
 # which code an op came from.
 _INSTANCE = re.compile(r"(?<=[A-Za-z])_\d+(?=[/.]|$)")
 _WRAPPERS = re.compile(r"(?<![^/])(closed_call|checkpoint|rematted_computation|while|body)/")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = .*? ([a-z][\w\-]*)\(")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (.*?) ([a-z][\w\-]*)\(")
 _COMPUTATION = re.compile(r"^(?:ENTRY )?%([\w.\-]+) .*\{$")
 _CALLS = re.compile(r"calls=%([\w.\-]+)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
@@ -49,9 +50,10 @@ def _kind(opcodes: set) -> str:
 
 
 def _instructions(hlo: str) -> dict:
-    """{instruction name: (kind, op_name)} for every instruction of the compiled HLO; a fusion
-    is told by what it fuses and named by its root's op_name."""
-    computations = collections.defaultdict(list)  # name -> [(instruction, opcode, op_name, calls)]
+    """{instruction name: (kind, op_name, shape)} for every instruction of the compiled HLO; a
+    fusion is told by what it fuses and named by its root's op_name."""
+    # computation name -> [(instruction, shape, opcode, op_name, calls)]
+    computations = collections.defaultdict(list)
     roots = {}
     computation = None
     for line in hlo.splitlines():
@@ -71,7 +73,7 @@ def _instructions(hlo: str) -> dict:
     @functools.cache
     def fused(computation) -> frozenset:
         ops = set()
-        for _, opcode, _, calls in computations[computation]:
+        for _, _, opcode, _, calls in computations[computation]:
             ops.add(opcode)
             if calls in computations:
                 ops |= fused(calls)
@@ -79,16 +81,16 @@ def _instructions(hlo: str) -> dict:
 
     described = {}
     for entries in computations.values():
-        for name, opcode, op_name, calls in entries:
+        for name, shape, opcode, op_name, calls in entries:
             if opcode in _CONTROL_FLOW:
                 continue  # its body's ops are traced, and charged, one by one
             if opcode == "fusion" and calls in roots:
                 # Passes that add instructions (a convert, a copy) leave them unnamed: then
                 # the fusion is named by its named instruction nearest the root.
-                names = [e[2] for e in [roots[calls], *computations[calls][::-1]] if e[2]]
-                described[name] = (_kind(fused(calls)), (names or [op_name])[0])
+                names = [e[3] for e in [roots[calls], *computations[calls][::-1]] if e[3]]
+                described[name] = (_kind(fused(calls)), (names or [op_name])[0], shape)
             else:
-                described[name] = (_kind({opcode}), op_name)
+                described[name] = (_kind({opcode}), op_name, shape)
     return described
 
 
@@ -100,9 +102,15 @@ def source(op_name: str) -> tuple:
     return phase, _INSTANCE.sub("", path).strip("/") or "?"
 
 
-def op_times(run, steps: int) -> tuple:
-    """({(pass, kind, code path): [ms per step, ops]}, wall ms per step) of a benchmark loop
-    (benchmarks.minimal_loop.MinimalLoop or benchmarks.baseline.Baseline)."""
+class Profile(NamedTuple):
+    groups: dict  # {(pass, kind, code path): [ms per step, ops per step]}
+    ops: dict  # {(pass, kind, code path, instruction, shape): ms per step}
+    wall_ms: float  # one step, wall clock
+
+
+def op_times(run, steps: int) -> Profile:
+    """Where a step of a benchmark loop (benchmarks.minimal_loop.MinimalLoop or
+    benchmarks.baseline.Baseline) spends its time."""
     hlo = run.step.lower(run.params, run.opt_state, run.batches[0]).compile().as_text()
     described = _instructions(hlo)
     run.interval(1)  # compiled and warm before the trace
@@ -112,17 +120,19 @@ def op_times(run, steps: int) -> tuple:
         jax.profiler.stop_trace()
         (path,) = glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True)
         profile = ProfileData.from_file(path)
-    groups = collections.defaultdict(lambda: [0.0, 0])
+    groups, ops = collections.defaultdict(lambda: [0.0, 0]), collections.Counter()
     for plane in profile.planes:
         for line in plane.lines:
             for event in line.events:
                 if event.name in described:
-                    kind, op_name = described[event.name]
+                    kind, op_name, shape = described[event.name]
                     phase, code = source(op_name)
+                    ms = event.duration_ns / 1e6 / steps
                     group = groups[(phase, kind, code)]
-                    group[0] += event.duration_ns / 1e6 / steps
+                    group[0] += ms
                     group[1] += 1 / steps
-    return dict(groups), wall_ms
+                    ops[(phase, kind, code, event.name, shape)] += ms
+    return Profile(dict(groups), dict(ops), wall_ms)
 
 
 def _by_kind(groups: dict) -> collections.Counter:
@@ -132,13 +142,13 @@ def _by_kind(groups: dict) -> collections.Counter:
     return totals
 
 
-def report(model: tuple, baseline: tuple, top: int = 15) -> str:
-    """The per-kind comparison of the two programs, then each one's costliest code paths."""
-    (model_groups, model_wall), (base_groups, base_wall) = model, baseline
-    mine, theirs = _by_kind(model_groups), _by_kind(base_groups)
+def report(model: Profile, baseline: Profile, top: int = 15) -> str:
+    """The per-kind comparison of the two programs, then each one's costliest code paths and
+    single ops."""
+    mine, theirs = _by_kind(model.groups), _by_kind(baseline.groups)
     lines = [
-        f"profile      ms per step; ops traced on {len(os.sched_getaffinity(0))} core(s), where "
-        "ops overlap (pin to one core with taskset -c 0 for CPU time per op)",
+        f"profile      ms per step; ops traced on {len(os.sched_getaffinity(0))} core(s) (on "
+        "more than one, ops overlap: pin to one core with taskset -c 0 for CPU time per op)",
         f"  {'pass':9s} {'kind':22s} {'model':>9s} {'baseline':>9s} {'difference':>10s}",
     ]
     keys = sorted(set(mine) | set(theirs), key=lambda k: -max(mine[k], theirs[k]))
@@ -147,12 +157,16 @@ def report(model: tuple, baseline: tuple, top: int = 15) -> str:
         lines.append(f"  {phase:9s} {kind:22s} {m:9.1f} {b:9.1f} {m - b:+10.1f}")
     m, b = sum(mine.values()), sum(theirs.values())
     lines.append(f"  {'all ops':32s} {m:9.1f} {b:9.1f} {m - b:+10.1f}")
-    lines.append(
-        f"  {'step (wall)':32s} {model_wall:9.1f} {base_wall:9.1f} {model_wall - base_wall:+10.1f}"
-    )
-    for label, groups in (("model", model_groups), ("baseline", base_groups)):
+    m, b = model.wall_ms, baseline.wall_ms
+    lines.append(f"  {'step (wall)':32s} {m:9.1f} {b:9.1f} {m - b:+10.1f}")
+    for label, p in (("model", model), ("baseline", baseline)):
         lines.append(f"{label} ops by source, the {top} costliest (ms per step, ops per step):")
-        costliest = sorted(groups.items(), key=lambda item: -item[1][0])[:top]
+        costliest = sorted(p.groups.items(), key=lambda item: -item[1][0])[:top]
         for (phase, kind, code), (ms, count) in costliest:
             lines.append(f"  {ms:9.1f} {count:4.0f}  {phase:9s} {kind:15s} {code}")
+        lines.append(f"{label} single ops, the {top} costliest (ms per step, instruction, shape):")
+        for (phase, kind, code, name, shape), ms in sorted(p.ops.items(), key=lambda i: -i[1])[
+            :top
+        ]:
+            lines.append(f"  {ms:9.1f}  {phase:9s} {kind:15s} {name} {shape}  {code}")
     return "\n".join(lines)

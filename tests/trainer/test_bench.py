@@ -87,8 +87,9 @@ def test_profile_charges_the_traced_ops_to_their_source(capsys):
         (minimal_run, "TransformerLm/layers/ffn/ffn.project/bte,eh->bth/dot_general", 1),
         (baseline_run, "Lm/Block/Dense/dot_general", 4),  # QKV, output, FFN in and out
     ):
-        groups, wall_ms = profile.op_times(run, 2)
+        groups, ops, wall_ms = profile.op_times(run, 2)
         traced = sum(ms for ms, _ in groups.values())
+        assert sum(ops.values()) == pytest.approx(traced)  # the same ops, one by one
         # At this size a step is mostly dispatch, so the ops cover only part of it; on n
         # cores, where ops overlap, they add up to at most n steps.
         assert 0 < traced < len(os.sched_getaffinity(0)) * wall_ms
@@ -99,6 +100,7 @@ def test_profile_charges_the_traced_ops_to_their_source(capsys):
     assert lines[0].startswith("profile")
     assert any(line.split()[:2] == ["backward", "matmul"] for line in lines)
     assert "model ops by source, the 15 costliest (ms per step, ops per step):" in lines
+    assert "model single ops, the 15 costliest (ms per step, instruction, shape):" in lines
 
 
 @pytest.mark.parametrize(
