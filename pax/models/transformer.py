@@ -86,6 +86,39 @@ def _cap(logits, cap: float):
     return cap * jnp.tanh(logits / cap) if cap > 0 else logits
 
 
+# Capped logits lie in (-cap, cap): up to this cap, exp of them cannot overflow float32 (e^64 is
+# 6e27) nor underflow to zero (e^-64 is 2e-28), so their softmax needs no max subtracted.
+_CAP_WITHOUT_MAX = 64.0
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _capped_softmax(logits, mask, cap: float):
+    """softmax(where(mask, cap * tanh(logits / cap), -inf)) over the last axis, in float32, for
+    0 < cap <= _CAP_WITHOUT_MAX; a row with nothing unmasked is all zeros.
+
+    Autodiff's form took four passes over the scores, the largest tensors of a layer: the capped
+    logits written out (tanh's derivative wants them), their max, the exponentials and their sum,
+    the quotient. Bounded logits need no max; keeping the logits rather than the capped ones
+    lets XLA fuse the cap into the exponential, and its derivative into the softmax's backward.
+    """
+    return _capped_softmax_fwd(logits, mask, cap)[0]
+
+
+def _capped_softmax_fwd(logits, mask, cap):
+    e = jnp.where(mask, jnp.exp(cap * jnp.tanh(logits / cap)), 0.0)
+    probs = e / jnp.maximum(jnp.sum(e, axis=-1, keepdims=True), jnp.finfo(jnp.float32).tiny)
+    return probs, (logits, probs)
+
+
+def _capped_softmax_bwd(cap, residuals, dprobs):
+    logits, probs = residuals
+    dcapped = probs * (dprobs - jnp.sum(dprobs * probs, axis=-1, keepdims=True))
+    return dcapped * (1.0 - jnp.square(jnp.tanh(logits / cap))), None
+
+
+_capped_softmax.defvjp(_capped_softmax_fwd, _capped_softmax_bwd)
+
+
 def _rotary(x, positions, max_wavelength: float = 10_000.0):
     """Rotary position embedding over the last axis; x is (batch, length, ..., dims)."""
     half = x.shape[-1] // 2
@@ -237,13 +270,17 @@ def _attend(
     # order dot_general yields, so XLA never transposes them, the layer's largest tensors (the
     # 5-D "bngts" layout made XLA:CPU transpose them 20 times per bench step).
     q = q.reshape(b, t * g, n, d)
-    logits = _cap(jnp.einsum(f"bqnd,{kv}->bnqs", q, k).astype(jnp.float32), cap)
+    logits = jnp.einsum(f"bqnd,{kv}->bnqs", q, k).astype(jnp.float32)
     mask = jnp.repeat(q_positions, g, axis=1)[:, None, :, None] >= k_positions[:, None, None, :]
     if q_segments is not None:
         q_segments = jnp.repeat(q_segments, g, axis=1)
         mask &= q_segments[:, None, :, None] == k_segments[:, None, None, :]
-    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(logits, axis=-1).astype(dtype)
+    if 0 < cap <= _CAP_WITHOUT_MAX:
+        probs = _capped_softmax(logits, mask, cap)
+    else:
+        logits = jnp.where(mask, _cap(logits, cap), jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(logits, axis=-1)
+    probs = probs.astype(dtype)
     return jnp.einsum(f"bnqs,{kv}->bqnd", probs, v).reshape(b, t, g, n, d)
 
 

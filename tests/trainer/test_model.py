@@ -161,8 +161,47 @@ def test_model_gradients_are_autodiffs(monkeypatch):
     ours = grads()
     monkeypatch.setattr(transformer, "weight_einsum", lambda eqn, x, w: jnp.einsum(eqn, x, w))
     monkeypatch.setattr(transformer, "add_bias", lambda y, b: y + b)
+    monkeypatch.setattr(transformer, "_capped_softmax", _autodiff_capped_softmax)
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(grads())):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+
+
+def _autodiff_capped_softmax(logits, mask, cap):
+    """Attention's probabilities as written before _capped_softmax: the masked capped logits
+    through jax.nn.softmax, which subtracts their max."""
+    capped = jnp.where(mask, cap * jnp.tanh(logits / cap), jnp.finfo(jnp.float32).min)
+    return jax.nn.softmax(capped, axis=-1)
+
+
+@pytest.mark.parametrize("cap", [50.0, transformer._CAP_WITHOUT_MAX])
+def test_capped_softmax_and_its_gradient_are_autodiffs(cap):
+    """Without the max subtracted, even logits far beyond the cap neither overflow nor vanish; a
+    row with every key masked attends to nothing (autodiff's form spreads it evenly)."""
+    rng = np.random.RandomState(0)
+    logits = jnp.asarray(rng.randn(2, 3, 16, 16) * 10 * cap, jnp.float32)
+    mask = jnp.broadcast_to(jnp.tril(jnp.ones((16, 16), bool)), logits.shape)
+    mask = mask.at[:, :, 5].set(False)  # query 5 sees nothing
+    cotangent = jnp.asarray(rng.randn(*logits.shape), jnp.float32)
+    seen = jnp.broadcast_to(mask.any(-1, keepdims=True), logits.shape)
+
+    def grad(f):
+        return jax.jit(jax.grad(lambda x: (f(x, mask, cap) * cotangent).sum()))(logits)
+
+    ours = transformer._capped_softmax(logits, mask, cap)
+    assert bool(jnp.isfinite(ours).all()) and bool((ours[:, :, 5] == 0).all())
+    np.testing.assert_allclose(ours.sum(-1)[seen[..., 0]], 1.0, rtol=1e-6)
+    np.testing.assert_allclose(
+        jnp.where(seen, ours, 0),
+        jnp.where(seen, _autodiff_capped_softmax(logits, mask, cap), 0),
+        rtol=1e-5,
+        atol=1e-7,
+    )
+    np.testing.assert_allclose(
+        jnp.where(seen, grad(transformer._capped_softmax), 0),
+        jnp.where(seen, grad(_autodiff_capped_softmax), 0),
+        rtol=1e-4,
+        atol=1e-6,
+    )
 
 
 def test_softmax_cap_bounds_logits():
