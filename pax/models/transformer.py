@@ -153,6 +153,10 @@ def _weight_einsum_bwd(eqn, residuals, dy):
     ins, out = eqn.split("->")
     x_axes, w_axes = ins.split(",")
     dx = jnp.einsum(f"{out},{w_axes}->{x_axes}", dy, w)
+    if x.dtype != jnp.float32:
+        # In bfloat16 the merged form below is converted to float32 for a generic dot; this
+        # 3-D one stays a bfloat16 matmul: 9% of a one-core bf16 bench step faster.
+        return dx.astype(x.dtype), jnp.einsum(f"{x_axes},{out}->{w_axes}", x, dy).astype(w.dtype)
     # The axes dW contracts lead both x and dy (batch, length); merged into one, they make a
     # 2-D matmul that XLA:CPU reads x for transposed in place. Left 3-D, it copied x transposed
     # first, recomputing x's producer there: the feed-forward's GELU, 71 ms per layer of the
