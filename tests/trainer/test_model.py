@@ -204,6 +204,25 @@ def test_capped_softmax_and_its_gradient_are_autodiffs(cap):
     )
 
 
+def test_rotary_is_praxis_rotary_positional_embedding():
+    """praxis/layers/embedding_softmax.py RotaryPositionalEmbedding (PositionalEmbedding's
+    min_timescale 1, max_timescale 10_000): timescale_i = 10_000^(2i / dims), and the halves
+    (a, b) of each head become (a cos - b sin, b cos + a sin) at position / timescale. Written
+    here in float64 numpy, on packed positions that restart mid-row."""
+    dims = 16
+    rng = np.random.RandomState(0)
+    x = rng.randn(2, 7, 3, dims).astype(np.float32)
+    positions = np.array([[0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 0, 1, 2, 3]])
+    timescale = 10_000.0 ** (2 * np.arange(dims // 2) / dims)
+    angle = positions[:, :, None, None] / timescale
+    a, b = np.split(x.astype(np.float64), 2, axis=-1)
+    expected = np.concatenate(
+        [a * np.cos(angle) - b * np.sin(angle), b * np.cos(angle) + a * np.sin(angle)], axis=-1
+    )
+    ours = transformer._rotary(jnp.asarray(x), jnp.asarray(positions))
+    np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_softmax_cap_bounds_logits():
     model, params, tokens = _model_and_params(derive(Tiny, SOFTMAX_CAP=2.0))
     assert float(jnp.abs(jax.jit(model.apply)({"params": params}, tokens)).max()) < 2.0
