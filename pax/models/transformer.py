@@ -119,6 +119,9 @@ def _capped_softmax_bwd(cap, residuals, dprobs):
 _capped_softmax.defvjp(_capped_softmax_fwd, _capped_softmax_bwd)
 
 
+ROTARY_TABLE_SCOPE = "rotary_sin_cos"
+
+
 def _rotary(x, positions, max_wavelength: float = 10_000.0):
     """Rotary position embedding over the last axis; x is (batch, length, ..., dims)."""
     half = x.shape[-1] // 2
@@ -127,14 +130,15 @@ def _rotary(x, positions, max_wavelength: float = 10_000.0):
     # XLA counts sin and cos as cheap and fuses them into every use, here one per head and
     # half of every query and key: on CPU that was 3% of a bench step. A product with the
     # identity (exact at "highest" precision) is a matmul, which XLA does not fuse, so each
-    # is computed once.
-    identity = jnp.eye(half, dtype=jnp.float32)
-    sin, cos = (
-        jnp.matmul(f(angle), identity, precision="highest").reshape(
-            angle.shape[:2] + (1,) * (x.ndim - 3) + (half,)
+    # is computed once. Not model FLOPs: MFU's count leaves this scope out.
+    with jax.named_scope(ROTARY_TABLE_SCOPE):
+        identity = jnp.eye(half, dtype=jnp.float32)
+        sin, cos = (
+            jnp.matmul(f(angle), identity, precision="highest").reshape(
+                angle.shape[:2] + (1,) * (x.ndim - 3) + (half,)
+            )
+            for f in (jnp.sin, jnp.cos)
         )
-        for f in (jnp.sin, jnp.cos)
-    )
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
