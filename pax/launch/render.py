@@ -22,6 +22,7 @@ from pathlib import Path
 from pax.errors import UsageError
 from pax.experiments import overrides  # jax-free: classes of numbers
 from pax.experiments import registry as experiments
+from pax.images import xla_flags
 from pax.releases import catalog as dist_release
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -214,6 +215,8 @@ def render(
         "pvc": pvc,
         "port": COORDINATOR_PORT,
         "runs_mount": RUNS_MOUNT,
+        # JSON is a YAML string and, without quotes or '$', safe inside the script's "${...-...}"
+        "gpu_xla_flags": json.dumps(xla_flags.value()) if target == "gpu" else xla_flags.value(),
     }
     if target == "tpu":
         dcn = math.prod(experiment_cls.DCN_MESH_SHAPE or ())
