@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 # The distribution packages import no jax: they run here, in the tools venv.
 from pax.bisect import cli as bisect_cli
 from pax.curves import CurvesError
+from pax.docs import blocks as doc_blocks
 from pax.environments import venv
 from pax.images import cli as images_cli
 from pax.launch import render as launch
@@ -251,13 +252,12 @@ def release(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def readme(session: nox.Session) -> None:
-    """Regenerate the releases tables between the markers: `readme -- [--check] [FILE...]`."""
-
-    args = list(session.posargs)
-    check = "--check" in args
-    files = [a for a in args if a != "--check"] or list(readme_blocks.FILES)
+    """Regenerate every marked block (releases tables, support matrix, changelog pins, GPU XLA
+    flags, reference bands) in README.md, CHANGELOG.md, docs/*.md, Dockerfile.gpu: `readme --
+    [--check]`."""
+    check = "--check" in session.posargs
     try:
-        changed = readme_blocks.refresh(ROOT, files, check=check)
+        changed = doc_blocks.refresh(ROOT, check=check)
     except readme_blocks.ReadmeError as err:
         session.error(str(err))
     for path in changed:
@@ -265,9 +265,9 @@ def readme(session: nox.Session) -> None:
             f"readme: {path.relative_to(ROOT)} {'is out of date' if check else 'rewritten'}"
         )
     if check and changed:
-        session.error("readme: releases tables out of date; run ./noxw -s readme")
+        session.error("readme: generated blocks out of date; run ./noxw -s readme")
     if not changed:
-        session.log(f"readme: {', '.join(files)} up to date")
+        session.log("readme: every generated block is up to date")
 
 
 def _run_module(session: nox.Session, module: str, default_args: tuple = ()) -> None:

@@ -377,7 +377,7 @@ def main(argv=None) -> int:
         "--record",
         action="store_true",
         help=f"also store the figures in {BENCH_JSON.relative_to(ROOT)} (replacing the same "
-        "config and dtype) and rewrite README's performance table from it",
+        "config and dtype) and rewrite the performance tables (README, docs/benchmarks.md) from it",
     )
     args = parser.parse_args(argv)
     if args.steps < 2 or args.repeats < 1:
@@ -400,7 +400,7 @@ def main(argv=None) -> int:
             json.dump(result, f, indent=2)
     if args.record:
         record(result)
-        print(f"recorded in {BENCH_JSON.relative_to(ROOT)} and README.md")
+        print(f"recorded in {BENCH_JSON.relative_to(ROOT)}, README.md and docs/benchmarks.md")
     return 0
 
 

@@ -1,7 +1,7 @@
-"""README's performance table, generated from `bench --record`'s docs/bench.json (no jax here).
+"""The performance table, generated from `bench --record`'s docs/bench.json (no jax here).
 
-README.md holds it between the markers below; tests/trainer/test_bench.py checks that the
-committed block equals the render of the committed docs/bench.json.
+README.md and docs/benchmarks.md hold it between the markers below; tests/trainer/test_bench.py
+and tests/docs check that the committed blocks equal the render of the committed docs/bench.json.
 """
 
 import json
@@ -90,12 +90,14 @@ def recorded_table(path: Path = BENCH_JSON) -> str:
     return render_table(load(path))
 
 
-def record(result: dict, path: Path = BENCH_JSON, readme_path: Path = ROOT / "README.md") -> None:
+PAGES = (ROOT / "README.md", ROOT / "docs" / "benchmarks.md")  # the files holding the table
+
+
+def record(result: dict, path: Path = BENCH_JSON, readme_path: Path | None = None) -> None:
     """Store `result` in path (replacing the record of the same config and dtype) and rewrite
-    README's block from the file."""
+    the table's blocks (in readme_path, or in every page of PAGES) from the file."""
     records = [r for r in load(path) if key(r) != key(result)] + [result]
     path.write_text(json.dumps(sorted(records, key=key), indent=2) + "\n")
-    text = readme_path.read_text()
-    readme_path.write_text(
-        readme.rewrite_text(text, recorded_table(path), str(readme_path.name), START, END)
-    )
+    for page in [readme_path] if readme_path else [p for p in PAGES if p.is_file()]:
+        text = page.read_text()
+        page.write_text(readme.rewrite_text(text, recorded_table(path), page.name, START, END))

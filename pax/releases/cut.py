@@ -189,8 +189,8 @@ def cut(
         if {p: release.recorded_sha256(p) for p in LOCK_PLATFORMS} != shas:
             raise CutError("release: release.toml's [locks] do not match the compiled locks")
         # 3. tables, tests.
-        for path in readme.refresh(root):
-            log(f"release {version}: refreshed the releases table in {path.relative_to(root)}")
+        for path in readme.refresh(root, readme.all_files(root)):
+            log(f"release {version}: refreshed the releases tables in {path.relative_to(root)}")
         if skip_tests:
             log(f"release {version}: tests skipped (--skip-tests)")
         else:

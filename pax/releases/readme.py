@@ -1,14 +1,19 @@
-"""Generated blocks in markdown files, so README's tables cannot drift from their sources.
+"""Generated blocks in markdown files, so the docs' tables cannot drift from their sources.
 
 A file opts in with a pair of markers; everything between them is replaced on each refresh:
 
     <!-- releases-table:start -->     the releases, from releases/*/release.toml
     <!-- releases-table:end -->
+    <!-- support-matrix:start -->     per release: Python, jax, libtpu, CUDA wheels, images,
+    <!-- support-matrix:end -->       read from release.toml and the lockfiles
+    <!-- changelog-pins:1.6.0:start -->   one release's pins and what moved in its locks against
+    <!-- changelog-pins:1.6.0:end -->     the release before it (CHANGELOG.md)
 
-`./noxw -s readme` rewrites the releases blocks of README.md and releases/README.md (and
-`./noxw -s release` does so before committing a release); tests/releases checks that the
-committed blocks equal what this module renders. Other tools fill their own blocks with
-`rewrite_text` (pax.tools.aot: the compile table).
+`./noxw -s readme` rewrites these blocks (and those pax.docs adds: the GPU XLA flags, the
+reference band) in README.md, releases/README.md, CHANGELOG.md, docs/*.md and Dockerfile.gpu;
+`./noxw -s release` does so before committing a release; tests/releases and tests/docs check that
+the committed blocks equal what is rendered now. Other tools fill their own blocks with
+`rewrite_text` (pax.tools.aot: the compile table; benchmarks/table.py: the bench table).
 """
 
 from __future__ import annotations
@@ -16,11 +21,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pax.releases.catalog import REPO_ROOT, Release, list_releases
+from pax.releases.catalog import IMAGE_PLATFORMS, LOCK_PLATFORMS, REPO_ROOT, Release, list_releases
+from pax.releases.lockfile import parse_lockfile, versions
 
 START = "<!-- releases-table:start -->"
 END = "<!-- releases-table:end -->"
-FILES = ("README.md", "releases/README.md")  # relative to the repo root
+MATRIX_START = "<!-- support-matrix:start -->"
+MATRIX_END = "<!-- support-matrix:end -->"
+# Relative to the repo root; docs/*.md are added by `all_files`.
+FILES = ("README.md", "releases/README.md", "CHANGELOG.md", "Dockerfile.gpu")
 COLUMNS = (
     "release",
     "date",
@@ -57,14 +66,127 @@ def table_row(release: Release) -> list[str]:
     ]
 
 
+def _newest_first(releases: list[Release]) -> list[Release]:
+    return sorted(releases, key=lambda r: tuple(int(p) for p in r.version.split(".")), reverse=True)
+
+
 def render_table(releases: list[Release]) -> str:
     """The markdown table, newest release first; ends without a newline."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for release in sorted(
-        releases, key=lambda r: tuple(int(p) for p in r.version.split(".")), reverse=True
-    ):
+    for release in _newest_first(releases):
         lines.append("| " + " | ".join(table_row(release)) + " |")
     return "\n".join(lines)
+
+
+def lock_versions(release: Release, platform: str) -> dict[str, str]:
+    """name -> version of one of the release's lockfiles ({} when it has none)."""
+    path = release.lockfile(platform)
+    return versions(parse_lockfile(path)) if path.is_file() else {}
+
+
+MATRIX_COLUMNS = (
+    "release",
+    "Python",
+    "jax / jaxlib",
+    "CPU",
+    "TPU: libtpu",
+    "GPU: jax CUDA plugin, CUDA runtime, cuDNN, cuBLAS",
+    "images (built locally)",
+)
+
+
+def matrix_row(release: Release) -> list[str]:
+    """What each platform of a release runs on, as its lockfiles pin it."""
+    cpu, tpu, gpu = (lock_versions(release, p) for p in LOCK_PLATFORMS)
+    cpu_cell = f"{cpu['jax']} / {cpu['jaxlib']}" if "jax" in cpu else "—"
+    gpu_cell = ", ".join(
+        gpu.get(name, "—")
+        for name in (
+            "jax-cuda12-plugin",
+            "nvidia-cuda-runtime-cu12",
+            "nvidia-cudnn-cu12",
+            "nvidia-cublas-cu12",
+        )
+    )
+    images = ", ".join(f"`pax:{release.version}-{p}`" for p in IMAGE_PLATFORMS)
+    return [
+        release.version,
+        release.python,
+        cpu_cell,
+        f"`releases/{release.version}/cpu.txt`" if cpu else "—",
+        tpu.get("libtpu", "—"),
+        gpu_cell if gpu else "—",
+        images,
+    ]
+
+
+def render_matrix(releases: list[Release]) -> str:
+    """The support matrix, newest release first; ends without a newline."""
+    lines = ["| " + " | ".join(MATRIX_COLUMNS) + " |", "|" + "---|" * len(MATRIX_COLUMNS)]
+    lines += ["| " + " | ".join(matrix_row(r)) + " |" for r in _newest_first(releases)]
+    return "\n".join(lines)
+
+
+def support_matrix(root: Path | None = None) -> str:
+    return render_matrix(list_releases(root))
+
+
+def _all_versions(release: Release) -> dict[str, str]:
+    """Every package any of the release's locks pins (the cpu lock's version first)."""
+    merged: dict[str, str] = {}
+    for platform in LOCK_PLATFORMS:
+        for name, version in lock_versions(release, platform).items():
+            merged.setdefault(name, version)
+    return merged
+
+
+def changelog_markers(version: str) -> tuple[str, str]:
+    return f"<!-- changelog-pins:{version}:start -->", f"<!-- changelog-pins:{version}:end -->"
+
+
+def render_pins_change(release: Release, before: Release | None) -> str:
+    """A release's headline pins and what its locks changed against the release before it (all
+    platforms' locks together); ends without a newline."""
+    headline = ", ".join(f"{k} {v}" for k, v in release.pins.items())
+    lines = [f"Headline pins: {headline}."]
+    new = _all_versions(release)
+    if before is None:
+        lines.append(f"First release: {len(new)} packages locked.")
+        return "\n".join(lines)
+    old = _all_versions(before)
+    moved = [n for n in sorted(new) if n in old and old[n] != new[n]]
+    added = [n for n in sorted(new) if n not in old]
+    removed = [n for n in sorted(old) if n not in new]
+    lines.append(
+        f"Against {before.version}: {len(moved)} changed, {len(added)} added, {len(removed)} "
+        f"removed (`./noxw -s diff -- {before.version} {release.version}`, and "
+        "`--platform tpu` or `gpu` for those locks)."
+    )
+    if moved:
+        lines += ["", f"| package | {before.version} | {release.version} |", "|---|---|---|"]
+        lines += [f"| {n} | {old[n]} | {new[n]} |" for n in moved]
+    for word, names, source in (("Added", added, new), ("Removed", removed, old)):
+        if names:
+            lines += ["", f"{word}: " + ", ".join(f"{n} {source[n]}" for n in names) + "."]
+    return "\n".join(lines)
+
+
+def changelog_blocks(root: Path | None = None) -> list[tuple[str, str, str]]:
+    """One (text, start, end) per release: CHANGELOG.md's section of each holds its block."""
+    ordered = _newest_first(list_releases(root))
+    return [
+        (render_pins_change(release, before), *changelog_markers(release.version))
+        for release, before in zip(ordered, [*ordered[1:], None])
+    ]
+
+
+def generated(root: Path | None = None) -> list[tuple[str, str, str]]:
+    """(rendered text, start marker, end marker) of every block this module owns."""
+    return [
+        (releases_table(root), START, END),
+        (support_matrix(root), MATRIX_START, MATRIX_END),
+        *changelog_blocks(root),
+    ]
 
 
 def releases_table(root: Path | None = None) -> str:
@@ -102,15 +224,26 @@ def rewrite_text(
     return _block_re(start, end).sub(lambda _: f"{start}\n\n{table}\n\n{end}", text)
 
 
+def all_files(root: Path | None = None) -> list[str]:
+    """FILES and every page under docs/, relative to the root."""
+    root = root or REPO_ROOT
+    pages = sorted(str(p.relative_to(root)) for p in (root / "docs").glob("*.md"))
+    return [*FILES, *pages]
+
+
 def refresh(
-    root: Path | None = None, files: tuple[str, ...] | list[str] = FILES, check: bool = False
+    root: Path | None = None,
+    files: tuple[str, ...] | list[str] = FILES,
+    check: bool = False,
+    extra: list[tuple[str, str, str]] = (),
 ) -> list[Path]:
-    """Rewrite the marked blocks of `files` (missing files and files without markers are skipped).
+    """Rewrite the marked blocks of `files` (missing files and files without markers are skipped)
+    with this module's blocks and `extra` ones: (rendered text, start marker, end marker).
 
     Returns the files whose text changed (with check=True: would change; nothing is written).
     """
     root = root or REPO_ROOT
-    generated = [(releases_table(root), START, END)]
+    blocks = [*generated(root), *extra]
     changed = []
     for name in files:
         path = root / name
@@ -118,7 +251,7 @@ def refresh(
             continue
         text = path.read_text()
         new = text
-        for table, start, end in generated:
+        for table, start, end in blocks:
             new = rewrite_text(new, table, str(path.relative_to(root)), start, end)
         if new != text:
             changed.append(path)
@@ -127,6 +260,12 @@ def refresh(
     return changed
 
 
-def marked_files(root: Path | None = None, files=FILES) -> list[Path]:
+def marked_files(root: Path | None = None, files=None) -> list[Path]:
+    """The files holding one of this module's blocks (a release cut rewrites them)."""
     root = root or REPO_ROOT
-    return [root / f for f in files if (root / f).is_file() and START in (root / f).read_text()]
+    starts = [start for _, start, _ in generated(root)]
+    return [
+        root / f
+        for f in (all_files(root) if files is None else files)
+        if (root / f).is_file() and any(s in (root / f).read_text() for s in starts)
+    ]

@@ -16,7 +16,7 @@ def test_releases_readme_has_a_marked_table():
 def test_committed_tables_equal_the_generated_one(name):
     """Every marked block equals the table rendered from releases/*/release.toml."""
     path = ROOT / name
-    text = path.read_text()
+    text = path.read_text() if path.is_file() else ""
     if readme.START not in text:
         pytest.skip(f"{name} has no releases table markers")
     table = readme.releases_table(ROOT)
