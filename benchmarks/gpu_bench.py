@@ -28,7 +28,7 @@ from pax.train import mfu
 
 GPU_EXPERIMENT = "tasks.lm.params.c4.C4Spmd1BAdam4Replicas"
 DRY_RUN_EXPERIMENT = "tasks.lm.params.lm_cloud.LmCloudSpmdTiny"
-# The goals README states for an H100/H200 (issue #14); printed beside the figures.
+# Targets for one H100/H200 (docs/benchmarks.md), printed beside the figures.
 MFU_GOAL, FP8_SPEEDUP_GOAL = 0.55, 1.4
 
 

@@ -19,8 +19,8 @@ class CpuSizedLm:
     ICI_MESH_SHAPE = (1, -1, 1)  # -1: every device there is, data-parallel
     FPROP_DTYPE = "float32"  # CPUs have no fast bfloat16
     REMAT_POLICY = "none"  # cheaper than rematerializing at this size
-    # The stacked layers as straight-line code (same math and parameters): on the 2-core CPU a
-    # step took 1.01x the independent baseline's unrolled against 1.08x in the scan loop.
+    # The stacked layers as straight-line code (same math and parameters): XLA:CPU runs them
+    # faster than a scan loop.
     LAYER_SCAN_UNROLL = 4
     LEARNING_RATE = 3e-3
     LR_SCHEDULE = "linear_rampup_cosine_decay"

@@ -27,7 +27,8 @@ class LmCloudTransformerAdam(TransformerLmPmapAdam, SyntheticDataset):
     MODEL_DIMS = 1024
     HIDDEN_DIMS = 1024 * 4
     LEARNING_RATE = 1e-3
-    # Not Pax's: without remat, 256 queries at a time take the per-device plan from 61 to 21 GiB.
+    # Not Pax's: without remat, 256 queries at a time keep the per-device plan within a v4 chip
+    # (`./noxw -s aot` prints it).
     ATTENTION_QUERY_CHUNK = 256
 
 
