@@ -3,6 +3,7 @@ pip settings removed, and what an interpreter's environment has installed."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
@@ -106,6 +107,30 @@ def pip_runner() -> str | None:
         ).stdout.strip()
     runner = Path(folder) / "__pip-runner__.py" if folder else None
     return str(runner) if runner and runner.is_file() else None
+
+
+def uv_binary() -> str | None:
+    """uv, pinned in requirements/tools.txt: the tools venv's (the `uv` package or its bin/), else
+    one on PATH; None when there is none and pip must do the install."""
+    with contextlib.suppress(ImportError, FileNotFoundError):
+        import uv
+
+        return uv.find_uv_bin()
+    tools = REPO_ROOT / ".tools" / "venv" / "bin" / "uv"
+    if tools.exists():
+        return str(tools)
+    return shutil.which("uv")
+
+
+def uv_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """pip_env's rule for uv: no machine-local indexes, links or constraints leak into an install
+    (uv also reads UV_* variables and uv.toml; `--no-config` covers the files)."""
+    env = pip_env(base)
+    for key in [k for k in env if k.startswith("UV_") and k != "UV_CACHE_DIR"]:
+        env.pop(key)
+    if env.get("PIP_INDEX_URL"):  # a user's mirror is honoured by both installers
+        env["UV_INDEX_URL"] = env["PIP_INDEX_URL"]
+    return env
 
 
 def base_python() -> str:

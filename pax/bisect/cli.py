@@ -149,7 +149,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--env", type=Path, help="the working venv (default OUT/env)")
     parser.add_argument("--keep-env", action="store_true", help="keep the venv at the end")
-    parser.add_argument("--installer", choices=("pip", "uv"), default="pip")
+    parser.add_argument(
+        "--installer",
+        choices=("auto", "pip", "uv"),
+        default="auto",
+        help="what installs each candidate venv (default: uv where ./noxw's tools have it, else pip)",
+    )
     parser.add_argument("--index-url", help="index to fetch wheels from (default: pip's)")
     parser.add_argument(
         "--find-links",

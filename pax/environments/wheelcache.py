@@ -29,7 +29,15 @@ from email.parser import HeaderParser
 from pathlib import Path
 
 from pax.environments import index
-from pax.pip import base_python, installed_versions, pip_env, pip_python, pip_runner
+from pax.pip import (
+    base_python,
+    installed_versions,
+    pip_env,
+    pip_python,
+    pip_runner,
+    uv_binary,
+    uv_env,
+)
 from pax.releases import lockfile
 from pax.releases.diff import compare_versions
 from pax.releases.lockfile import Pin
@@ -83,8 +91,13 @@ def platform_label() -> str:
 
 
 def _pip_errors(text: str, fallback_lines: int = 3) -> str:
-    """pip's ERROR: lines (its progress lines say nothing about what went wrong), else a tail."""
-    errors = [line.strip() for line in text.splitlines() if line.startswith("ERROR:")]
+    """The installer's error lines (pip's `ERROR:`, uv's `error:` and its indented `cause:`s);
+    progress lines say nothing about what went wrong. Else a tail."""
+    errors = [
+        line.strip()
+        for line in text.splitlines()
+        if line.startswith(("ERROR:", "error:")) or line.lstrip().startswith("cause:")
+    ]
     return " | ".join(errors) if errors else _tail(text, fallback_lines)
 
 
@@ -391,31 +404,37 @@ class Build:
 class EnvBuilder:
     """One venv, rebuilt cold when needed, otherwise moved to the wanted pins in place."""
 
-    def __init__(self, path: Path, cache: WheelCache, installer: str = "pip", log=print):
+    def __init__(self, path: Path, cache: WheelCache, installer: str = "auto", log=print):
         self.path = Path(path)
         self.cache = cache
-        self.installer = installer
         self.log = log
         self.current: dict[str, Pin] | None = None  # what the venv holds, when known
         self._pip_check = ""  # pip check's complaint about `current`
-        if installer == "uv" and not shutil.which("uv"):
-            raise RuntimeError("--installer uv: uv is not on PATH (pip install uv, or use pip)")
+        # The release envs' rule (pax.environments.venv): uv where the tools venv has it.
+        self._uv = uv_binary() if installer in ("auto", "uv") else None
+        if installer == "uv" and not self._uv:
+            raise RuntimeError(
+                "--installer uv: uv is not installed (run through ./noxw, or use pip)"
+            )
+        self.installer = "uv" if self._uv else "pip"
 
     @property
     def python(self) -> Path:
         return self.path / "bin" / "python"
 
     def _pip(self, *args: str) -> list[str]:
-        if self.installer == "uv":
+        # `check` stays pip's, as for the release envs: its report is the one users know.
+        if self.installer == "uv" and args[0] != "check":
             rest = [a for a in args[1:] if a != "-y"]  # uv pip uninstall never asks
-            return ["uv", "pip", args[0], "--python", str(self.python), *rest]
+            return [self._uv, "pip", args[0], "--no-config", "--python", str(self.python), *rest]
         runner = pip_runner()
         if runner:
             return [str(self.python), runner, "--no-input", *args]
         return [pip_python(), "-m", "pip", "--python", str(self.python), "--no-input", *args]
 
     def _run(self, cmd: list[str]) -> subprocess.CompletedProcess:
-        return subprocess.run(cmd, capture_output=True, text=True, env=pip_env())
+        env = uv_env() if cmd[0] == self._uv else pip_env()
+        return subprocess.run(cmd, capture_output=True, text=True, env=env)
 
     def discard(self) -> None:
         self.current = None

@@ -110,21 +110,23 @@ def test_scripts_a_wheel_installs(tmp_path, index):
     assert cache.scripts(tool) == {"Tool-Run", "tool-sh"}
 
 
-def test_install_failure_keeps_pips_error_line(tmp_path, index):
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_install_failure_keeps_the_installers_error_line(tmp_path, index, installer):
     # fetched fine (pip download reads only the metadata), refused at install time
     build_wheel(index, "w99", "1.0", extra={"{dist}.data/nonsense/x": ""})
     good = pin(index, "w00", "1.0")
     cache = WheelCache(tmp_path / "cache", find_links=[str(index)], no_index=True)
     w99 = pin(index, "w99", "1.0")
     assert cache.fetch([good, w99]) == []
-    builder = EnvBuilder(tmp_path / "env", cache, log=print)
+    builder = EnvBuilder(tmp_path / "env", cache, installer, log=print)
     first = builder.build({"w00": good})
     assert first.ok and first.kind == "cold"
     again = builder.build({"w00": good})  # nothing to change: no pip at all
     assert (again.ok, again.kind, again.installed) == (True, "reuse", 0)
     build = builder.build({"w00": good, "w99": w99})
-    assert not build.ok and build.error.startswith("install failed: ERROR: ")
-    assert "Processing" not in build.error  # pip's progress lines stay out
+    lead = {"pip": "ERROR: ", "uv": "error: Failed to install"}[installer]
+    assert not build.ok and build.error.startswith(f"install failed: {lead}"), build.error
+    assert "Processing" not in build.error and "Prepared" not in build.error  # progress lines
 
 
 def test_a_wheel_pip_refuses_is_not_called_missing(tmp_path, index):
