@@ -4,25 +4,30 @@ adam is praxis's Adam (sharded_adam) as Pax's experiments configure it: gradient
 global norm (the learner's clip_gradient_norm_to_value), Adam's bias-corrected moments, each
 tensor's update capped to RMS clip_threshold, decoupled weight decay on every parameter, all
 scaled by the learning rate. adafactor is praxis's ShardedAdafactor (pax.optim.adafactor).
+
+A stacked leaf [layers, ...] counts as one tensor per layer (pax.optim.per_layer, praxis's
+optimizer_prefix_vectorization): its capping and decay mask are evaluated layer by layer, while
+the global-norm clip sees every parameter at once, as praxis's learner clips before its
+vectorized optimizer.
 """
 
-import jax
 import optax
 
 from pax.experiments.config import OptimizerConfig
-from pax.optim import adafactor, schedules
+from pax.optim import adafactor, per_layer, schedules
 
 # apply_if_finite gives up after this many non-finite steps in a row; the loop's NAN_POLICY
 # decides long before that whether to stop.
 _MAX_CONSECUTIVE_NONFINITE = 1_000_000
 
 
-def _matrices_only(params):
-    return jax.tree.map(lambda p: p.ndim >= 2, params)
-
-
-def build(config: OptimizerConfig) -> tuple[optax.GradientTransformation, optax.Schedule]:
+def build(
+    config: OptimizerConfig, repeat_prefix=None
+) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """The transformation and its learning-rate schedule (for logging).
+
+    repeat_prefix: a tree shaped like the parameters holding each leaf's number of stacked
+    layer dimensions (pax.train.state.repeat_prefix); None: nothing is stacked.
 
     Updates with non-finite gradients are skipped (optax.apply_if_finite), so NaNs never reach
     the parameters; the state's total_notfinite counts them.
@@ -38,7 +43,7 @@ def build(config: OptimizerConfig) -> tuple[optax.GradientTransformation, optax.
         # RMS clip_threshold (optax.clip_by_block_rms is exactly its clip_update), plus
         # weight_decay * w, times -lr. Its bias-corrected decays give optax's m̂ and v̂.
         capping = (
-            [optax.clip_by_block_rms(config.adam_clip_threshold)]
+            [per_layer.clip_by_block_rms(config.adam_clip_threshold, repeat_prefix)]
             if config.adam_clip_threshold > 0
             else []
         )
@@ -55,7 +60,7 @@ def build(config: OptimizerConfig) -> tuple[optax.GradientTransformation, optax.
             optax.scale_by_learning_rate(lr),
         )
     elif config.optimizer == "adamw":
-        # The common AdamW: no decay on vectors (norm scales and biases).
+        # The common AdamW: no decay on vectors (norm scales and biases), stacked or not.
         tx = optax.chain(
             *clip,
             optax.adamw(
@@ -65,7 +70,7 @@ def build(config: OptimizerConfig) -> tuple[optax.GradientTransformation, optax.
                 eps=config.adam_epsilon,
                 eps_root=config.adam_epsilon_root,
                 weight_decay=config.weight_decay,
-                mask=_matrices_only,
+                mask=per_layer.matrices_only(repeat_prefix),
             ),
         )
     elif config.optimizer == "adafactor":
@@ -77,6 +82,7 @@ def build(config: OptimizerConfig) -> tuple[optax.GradientTransformation, optax.
                 decay_adam=config.adam_beta2,
                 clip_threshold=config.adam_clip_threshold,
                 weight_decay=config.weight_decay,
+                prefix=repeat_prefix,
             ),
         )
     else:

@@ -71,7 +71,7 @@ def prepare(experiment, devices=None, with_data: bool = True) -> Run:
         num_stages=stages,
         num_microbatches=task.mesh.num_microbatches,
     )
-    tx, lr_schedule = optimizers.build(task.optimizer)
+    tx, lr_schedule = optimizers.build(task.optimizer, state_lib.repeat_prefix(model))
     train_cfg = next(d for d in datasets if d.is_training)
     vocab = task.model.vocab_size
     train_data = data.build(train_cfg, vocab) if with_data else None

@@ -30,13 +30,52 @@ def _init_fn(model, tx):
     return init
 
 
+# Logical axes that stack whole layers: a parameter's leading dimensions named so are its
+# repeat prefix (praxis WeightHParams.repeat_prefix), each slice a parameter of its own.
+STACKED_AXES = ("stage", "layers")
+
+
+def _param_names(model):
+    boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), _example_inputs(model)))["params"]
+    return nn.get_partition_spec(boxed)
+
+
+def repeat_prefix(model):
+    """Each parameter's number of leading stacked dimensions (`stage`, `layers`), as a tree
+    shaped like the parameters: what pax.optim.optimizers.build vectorizes over."""
+
+    def count(spec):
+        k = 0
+        while k < len(spec) and spec[k] in STACKED_AXES:
+            k += 1
+        return k
+
+    return jax.tree.map(
+        count, _param_names(model), is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec)
+    )
+
+
+def slot_sharding(slot, param_sharding, param, mesh):
+    """An optimizer statistic's sharding: along its parameter's matching axes. A statistic has
+    its parameter's shape, or its rank with some axes reduced to size 1 (Adafactor's factored
+    moments, praxis ShardedAdafactor), and those axes stay unsplit; anything else (a per-step
+    scalar, a (1,) placeholder) is replicated."""
+    if slot.shape == param.shape:
+        return param_sharding
+    if len(slot.shape) == len(param.shape) and all(
+        a in (b, 1) for a, b in zip(slot.shape, param.shape)
+    ):
+        spec = tuple(param_sharding.spec) + (None,) * (len(param.shape) - len(param_sharding.spec))
+        spec = [axis if a == b else None for axis, a, b in zip(spec, slot.shape, param.shape)]
+        return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
+    return sharding.replicated(mesh)
+
+
 def shardings(model, tx, mesh):
     """(abstract state, state shardings): parameters placed by their logical axis names,
-    optimizer slots shaped like a parameter placed like it, everything else (step, FP8 scales and
-    amax histories: a few floats per layer; Adafactor's factored row/column statistics, which
-    sit in parameter-structured trees but are smaller than the parameter) replicated."""
-    boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), _example_inputs(model)))["params"]
-    names = nn.get_partition_spec(boxed)
+    optimizer statistics along their parameter's matching axes (slot_sharding), everything else
+    (step, FP8 scales and amax histories: a few floats per layer) replicated."""
+    names = _param_names(model)
     abstract = jax.eval_shape(_init_fn(model, tx), jax.random.key(0))
     param_shardings = jax.tree.map(
         lambda spec, p: sharding.logical_sharding(tuple(spec), p.shape, mesh),
@@ -47,7 +86,7 @@ def shardings(model, tx, mesh):
     replicated = sharding.replicated(mesh)
     opt_shardings = optax.tree_map_params(
         tx,
-        lambda slot, s, p: s if slot.shape == p.shape else replicated,
+        lambda slot, s, p: slot_sharding(slot, s, p, mesh),
         abstract["opt_state"],
         param_shardings,
         abstract["params"],

@@ -1,13 +1,18 @@
 import math
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
+from pax.decode.generate import unscan
 from pax.experiments.config import PARAMS, OptimizerConfig
+from pax.models.transformer import TransformerLm, lm_loss
 from pax.optim import optimizers, schedules
+from pax.train import loop
+from tests.trainer.helpers import Tiny, derive
 
 
 def _opt(**kw) -> OptimizerConfig:
@@ -174,3 +179,83 @@ def test_adafactor_matches_praxis_algorithm():
             np.testing.assert_allclose(
                 np.asarray(p[k]), expected[i][k], rtol=2e-5, atol=1e-6, err_msg=f"step {i} {k}"
             )
+
+
+# --- per-layer updates of stacked parameters -----------------------------------------------
+
+
+def _per_layer_run(optimizer, stacked, **kw):
+    """Tiny with every update capped (a threshold under each layer's update RMS) and weight
+    decay large enough to move norm scales and biases within a few steps."""
+    experiment = derive(
+        Tiny,
+        USE_REPEATED_LAYER=stacked,
+        OPTIMIZER=optimizer,
+        LR_SCHEDULE="constant",
+        LEARNING_RATE=0.05,
+        WEIGHT_DECAY=0.5,
+        CLIP_GRADIENT_NORM_TO_VALUE=1.0,
+        **kw,
+    )
+    return loop.prepare(experiment(), with_data=False)
+
+
+def _stack(unrolled, num_layers):
+    """The inverse of pax.decode.generate.unscan on a parameter tree."""
+    layers = [unrolled[f"layer_{i}"] for i in range(num_layers)]
+    rest = {k: v for k, v in unrolled.items() if not k.startswith("layer_")}
+    return {**rest, "layers": jax.tree.map(lambda *a: jnp.stack(a), *layers)}
+
+
+@pytest.mark.parametrize(
+    "optimizer,extra",
+    [
+        ("adam", {"ADAM_CLIP_THRESHOLD": 0.5, "ADAM_EPSILON": 1e-3}),
+        ("adamw", {}),
+        ("adafactor", {"ADAM_CLIP_THRESHOLD": 0.5}),
+    ],
+)
+def test_stacked_layers_get_the_updates_of_the_same_layers_unstacked(optimizer, extra):
+    """praxis vectorizes its optimizers over a stacked variable's repeat prefix
+    (praxis/optimizer_prefix_vectorization.py, get_transformations_with_vectorized_repeat_prefix,
+    called by learners.Learner.get_grad_tx), so a [layers, ...] leaf is updated as that many
+    separate variables: update capping (sharded_adam's clip_update, ShardedAdafactor's
+    clip_threshold), the decay mask and Adafactor's factoring per layer. The optimizers of a
+    model with repeated layers and of the same model unrolled (both as the trainer builds them)
+    must then give the same updates, step after step, for the same gradients."""
+    layers = Tiny.NUM_LAYERS
+    stacked_tx = _per_layer_run(optimizer, True, **extra).tx
+    run = _per_layer_run(optimizer, False, **extra)
+    model, unrolled_tx = TransformerLm(run.task.model), run.tx
+    tokens = jax.random.randint(jax.random.key(1), (4, 33), 0, 256)
+    unrolled = nn.unbox(model.init(jax.random.key(0), tokens[:, :-1]))["params"]
+    stacked = _stack(unrolled, layers)
+
+    @jax.jit
+    def grad(params):
+        def loss(p):
+            logits = model.apply({"params": p}, tokens[:, :-1])
+            return lm_loss(logits, tokens[:, 1:], jnp.ones(tokens[:, 1:].shape))[0]
+
+        return jax.grad(loss)(params)
+
+    stacked_state, unrolled_state = stacked_tx.init(stacked), unrolled_tx.init(unrolled)
+    for step in range(3):
+        g = grad(unrolled)
+        u_updates, unrolled_state = jax.jit(unrolled_tx.update)(g, unrolled_state, unrolled)
+        s_updates, stacked_state = jax.jit(stacked_tx.update)(
+            _stack(g, layers), stacked_state, stacked
+        )
+        s_unstacked = unscan({"params": s_updates}, layers)["params"]
+        for (path, a), b in zip(
+            jax.tree_util.tree_leaves_with_path(s_unstacked), jax.tree.leaves(u_updates)
+        ):
+            np.testing.assert_allclose(
+                np.asarray(a),
+                np.asarray(b),
+                atol=1e-6,
+                rtol=0,
+                err_msg=f"step {step} {jax.tree_util.keystr(path)}",
+            )
+        unrolled = optax.apply_updates(unrolled, u_updates)
+        stacked = optax.apply_updates(stacked, s_updates)
