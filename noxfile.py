@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 # The distribution packages import no jax: they run here, in the tools venv.
+from benchmarks import table as bench_table
 from pax.bisect import cli as bisect_cli
 from pax.curves import CurvesError
 from pax.docs import blocks as doc_blocks
@@ -257,7 +258,7 @@ def readme(session: nox.Session) -> None:
     [--check]`."""
     check = "--check" in session.posargs
     try:
-        changed = doc_blocks.refresh(ROOT, check=check)
+        changed = doc_blocks.refresh(ROOT, check=check, extra=[bench_table.block()])
     except readme_blocks.ReadmeError as err:
         session.error(str(err))
     for path in changed:
@@ -370,6 +371,19 @@ def aot(session: nox.Session) -> None:
     release = _release(session, args)
     env = _env(session, release, "cpu")
     session.run(str(env.python), "-m", "pax.tools.aot", *args, env=env.session_env(), external=True)
+
+
+@nox.session(venv_backend="none")
+def tutorial(session: nox.Session) -> None:
+    """Run docs/tutorial.ipynb top to bottom in a release's CPU env (nbclient's jupyter-execute)
+    and store it with its outputs: `tutorial -- [RELEASE]`; the run goes to runs/tutorial."""
+    args = list(session.posargs)
+    env = _env(session, _release(session, args), "cpu")
+    # The notebook runs on the one CPU device a reader has, not on virtual devices.
+    run_env = {**env.session_env(), "XLA_FLAGS": ""}
+    execute = str(env.python.parent / "jupyter-execute")
+    notebook = str(ROOT / "docs" / "tutorial.ipynb")
+    session.run(execute, "--inplace", "--timeout=3000", notebook, env=run_env, external=True)
 
 
 @nox.session(venv_backend="none")
