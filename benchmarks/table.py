@@ -93,6 +93,11 @@ def recorded_table(path: Path = BENCH_JSON) -> str:
 PAGES = (ROOT / "README.md", ROOT / "docs" / "benchmarks.md")  # the files holding the table
 
 
+def block(path: Path = BENCH_JSON) -> tuple[str, str, str]:
+    """(text, start, end) for pax.docs.blocks.refresh: `./noxw -s readme` keeps it current too."""
+    return recorded_table(path), START, END
+
+
 def record(result: dict, path: Path = BENCH_JSON, readme_path: Path | None = None) -> None:
     """Store `result` in path (replacing the record of the same config and dtype) and rewrite
     the table's blocks (in readme_path, or in every page of PAGES) from the file."""

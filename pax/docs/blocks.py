@@ -91,7 +91,9 @@ def generated() -> list[tuple[str, str, str]]:
     return blocks
 
 
-def refresh(root: Path | None = None, check: bool = False) -> list[Path]:
-    """Rewrite every generated block in README.md, releases/README.md, CHANGELOG.md,
-    Dockerfile.gpu and docs/*.md; the files that changed (check: would change)."""
-    return readme.refresh(root, readme.all_files(root), check=check, extra=generated())
+def refresh(root: Path | None = None, check: bool = False, extra=()) -> list[Path]:
+    """Rewrite every generated block, and the `extra` ones (text, start, end), in README.md,
+    releases/README.md, CHANGELOG.md, Dockerfile.gpu and docs/*.md; the files that changed
+    (check: would change)."""
+    blocks = [*generated(), *extra]
+    return readme.refresh(root, readme.all_files(root), check=check, extra=blocks)

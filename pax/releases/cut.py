@@ -188,7 +188,8 @@ def cut(
         release = load(directory)
         if {p: release.recorded_sha256(p) for p in LOCK_PLATFORMS} != shas:
             raise CutError("release: release.toml's [locks] do not match the compiled locks")
-        # 3. tables, tests.
+        # 3. tables (and the release's CHANGELOG section), tests.
+        readme.add_changelog_section(root, version)
         for path in readme.refresh(root, readme.all_files(root)):
             log(f"release {version}: refreshed the releases tables in {path.relative_to(root)}")
         if skip_tests:

@@ -180,6 +180,23 @@ def changelog_blocks(root: Path | None = None) -> list[tuple[str, str, str]]:
     ]
 
 
+def add_changelog_section(root: Path | None = None, version: str = "") -> bool:
+    """Give a new release its CHANGELOG.md section (a heading and its pins block) above the
+    newest release's; False when the file is missing or the section is there already."""
+    path = (root or REPO_ROOT) / "CHANGELOG.md"
+    if not path.is_file():
+        return False
+    text = path.read_text()
+    start, end = changelog_markers(version)
+    if start in text:
+        return False
+    section = f"## {version}\n\n{start}\n{end}\n\n"
+    match = re.search(r"^## \d", text, re.M)
+    at = match.start() if match else len(text)
+    path.write_text(text[:at] + section + text[at:])
+    return True
+
+
 def generated(root: Path | None = None) -> list[tuple[str, str, str]]:
     """(rendered text, start marker, end marker) of every block this module owns."""
     return [

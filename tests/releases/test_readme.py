@@ -91,3 +91,15 @@ def test_refresh_rewrites_only_marked_files(tmp_path):
     assert rows[0] == "| 1.10.0 | 2026-01-02 | r1.10.0 | 0.2.0 / 0.2.0 | 1 | 2 | 3 | 4 | 3.11 |"
     assert (tmp_path / "releases" / "README.md").read_text() == "no markers here\n"
     assert readme.refresh(tmp_path) == []
+
+
+def test_a_new_release_gets_its_changelog_section(tmp_path):
+    (tmp_path / "CHANGELOG.md").write_text(
+        "# Changelog\n\n## Unreleased\n\n- x\n\n## 1.0.0\n\nold\n"
+    )
+    assert readme.add_changelog_section(tmp_path, "1.1.0")
+    text = (tmp_path / "CHANGELOG.md").read_text()
+    start, end = readme.changelog_markers("1.1.0")
+    assert text.index("## Unreleased") < text.index("## 1.1.0") < text.index("## 1.0.0")
+    assert f"## 1.1.0\n\n{start}\n{end}\n\n## 1.0.0" in text
+    assert not readme.add_changelog_section(tmp_path, "1.1.0")

@@ -1,0 +1,140 @@
+"""README.md and docs/*.md: every relative link and anchor resolves, and every command of the
+README's quickstart names a nox session, a module or a script that exists."""
+
+import ast
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+markdown_it = pytest.importorskip("markdown_it")
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "CONTRIBUTING.md"] + sorted(
+    (ROOT / "docs").glob("*.md")
+)
+# Programs of the user's machine that quickstart lines may start with.
+EXTERNAL = {"docker", "kubectl", "sbatch", "mkdir", "chmod", "cd", "taskset"}
+
+
+def _tokens(path: Path):
+    return markdown_it.MarkdownIt("commonmark").enable("table").parse(path.read_text())
+
+
+def slug(text: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    tokens, found, seen = _tokens(path), set(), {}
+    for i, token in enumerate(tokens):
+        if token.type == "heading_open":
+            inline = tokens[i + 1]
+            text = "".join(c.content for c in inline.children if c.type in ("text", "code_inline"))
+            base = slug(text)
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            found.add(base if n == 0 else f"{base}-{n}")
+    return found
+
+
+def links(path: Path) -> list[str]:
+    out = []
+    for token in _tokens(path):
+        for child in token.children or []:
+            if child.type == "link_open":
+                out.append(child.attrGet("href"))
+            elif child.type == "image":
+                out.append(child.attrGet("src"))
+    return out
+
+
+def test_there_are_at_least_eight_task_pages():
+    assert len(list((ROOT / "docs").glob("*.md"))) >= 8
+
+
+def test_readme_is_short():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_and_anchors_resolve(page):
+    broken = []
+    for href in links(page):
+        if re.match(r"[a-z][a-z0-9+.-]*:", href):  # http:, https:, mailto:
+            continue
+        target, _, fragment = href.partition("#")
+        path = (page.parent / target).resolve() if target else page
+        if not path.exists():
+            broken.append(
+                f"{href}: no {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
+            )
+        elif fragment and path.suffix == ".md" and fragment not in anchors(path):
+            broken.append(f"{href}: no heading #{fragment} in {path.relative_to(ROOT)}")
+    assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+def test_slug_follows_github():
+    assert slug("Will it fit?") == "will-it-fit"
+    assert slug("Clusters: GKE JobSet and Slurm") == "clusters-gke-jobset-and-slurm"
+    assert slug("Which package broke it? `diff` and `bisect`") == (
+        "which-package-broke-it-diff-and-bisect"
+    )
+
+
+def nox_sessions() -> set[str]:
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and any("nox.session" in ast.unparse(d) for d in node.decorator_list)
+    }
+
+
+def quickstart_commands() -> list[str]:
+    """Shell commands of README's code blocks from its start to the support matrix."""
+    text = (ROOT / "README.md").read_text().split("## Support matrix")[0]
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.split(r"\s#\s|^#", line)[0].strip()
+            commands += [c.strip() for c in re.split(r"&&|;", line) if c.strip()]
+    return commands
+
+
+def test_quickstart_commands_name_what_exists():
+    sessions, problems = nox_sessions(), []
+    commands = quickstart_commands()
+    assert len(commands) >= 10
+    for command in commands:
+        words = shlex.split(command)
+        program = words[0]
+        if program == "./noxw":
+            name = words[words.index("-s") + 1]
+            if name not in sessions:
+                problems.append(f"{command}: no nox session {name!r}")
+        elif program.endswith("python") or "-m" in words and program.endswith("/python"):
+            module = words[words.index("-m") + 1]
+            if importlib.util.find_spec(module) is None:
+                problems.append(f"{command}: no module {module!r}")
+        elif "/" in program:
+            if not (ROOT / program).is_file():
+                problems.append(f"{command}: no {program}")
+        elif program not in EXTERNAL:
+            problems.append(f"{command}: {program!r} is neither a session, a module nor a script")
+        if "python" in words and "-m" in words:  # python -m inside docker run ... too
+            module = words[words.index("-m") + 1]
+            if importlib.util.find_spec(module) is None:
+                problems.append(f"{command}: no module {module!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_sessions_named_anywhere_in_the_docs_exist():
+    sessions = nox_sessions()
+    text = "".join(p.read_text() for p in PAGES)
+    named = set(re.findall(r"\./noxw -s (\w+)", text))
+    assert named - sessions == set()
