@@ -84,7 +84,8 @@ def test_flaky_preset_and_bad_rules():
     assert (Rule().flags(), Rule(3, 2).flags()) == ("", "--retries 2 --passes 2")
     assert FLAKY.good_called_bad(0.3) == pytest.approx(0.3**5)  # 0.24%
     assert rules.percent(0.3**5) == "0.243%"
-    # the old rule, a strict majority of 5, calls a 30%-flaky good env bad 16% of the time
+    # a strict majority of 5 (`--retries 4 --passes 3`) calls a 30%-flaky good env bad 16% of
+    # the time
     assert Rule(5, 3).good_called_bad(0.3) == pytest.approx(0.163, abs=5e-4)
     with pytest.raises(ValueError):
         Rule(3, 4)
@@ -221,7 +222,8 @@ def test_measured_error_rate_matches_the_rule():
 
 
 def test_strict_majority_of_five_falls_short_where_any_pass_does_not():
-    """The rule --retries 4 used to apply, on the same seeds: the bar is not met by chance."""
+    """A strict majority of 5 runs (`--retries 4 --passes 3`) on the same seeds: the bar is not
+    met by chance; the any-pass rule of `--flaky` is what meets it."""
     scenario = simulate.Scenario(groups=24, flake=0.3)
     assert simulate.measure(scenario, Rule(5, 3), range(20)).named < 19
 

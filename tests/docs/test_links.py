@@ -12,9 +12,9 @@ import pytest
 markdown_it = pytest.importorskip("markdown_it")
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "CONTRIBUTING.md"] + sorted(
-    (ROOT / "docs").glob("*.md")
-)
+PAGES = [
+    ROOT / f for f in ("README.md", "CHANGELOG.md", "CONTRIBUTING.md", "releases/README.md")
+] + sorted((ROOT / "docs").glob("*.md"))
 # Programs of the user's machine that quickstart lines may start with.
 EXTERNAL = {"docker", "kubectl", "sbatch", "mkdir", "chmod", "cd", "taskset"}
 
