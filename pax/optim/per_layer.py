@@ -35,16 +35,11 @@ def vmap_prefix(fn, num_dims: int):
     return fn
 
 
-def is_placeholder(tree) -> bool:
-    """optax.tree_map_params calls init with one placeholder object in place of the parameter
-    tree, to find which parts of the state are parameter-shaped."""
-    leaves = jax.tree.leaves(tree)
-    return len(leaves) == 1 and leaves[0] is tree and not hasattr(tree, "shape")
-
-
 def prefixes(tree, prefix: Prefix):
-    """Each leaf's number of stacked dimensions, as a tree shaped like `tree`."""
-    if prefix is None or is_placeholder(tree):
+    """Each leaf's number of stacked dimensions, as a tree shaped like `tree`. A tree without
+    leaves passes through: optax.tree_map_params calls init with one (leafless) placeholder in
+    place of the parameters, to find which parts of the state are parameter-shaped."""
+    if prefix is None or not jax.tree.leaves(tree):
         return jax.tree.map(lambda _: 0, tree)
     return prefix
 
@@ -70,8 +65,6 @@ def matrices_only(prefix: Prefix):
     biases, stacked or not, are left out."""
 
     def mask(params):
-        if is_placeholder(params):
-            return params
         return jax.tree.map(lambda p, k: p.ndim - k >= 2, params, prefixes(params, prefix))
 
     return mask

@@ -1,3 +1,4 @@
+import optax
 import pytest
 from jax.sharding import PartitionSpec as P
 
@@ -77,3 +78,57 @@ def test_train_state_placement_on_a_2d_mesh():
     assert state["params"]["layers"]["ffn"]["wi"].sharding.spec == P(None, "data", "mdl")
     shard_shape = state["params"]["layers"]["ffn"]["wi"].addressable_shards[0].data.shape
     assert shard_shape == (2, 32, 32)
+
+
+def test_every_optimizer_statistic_is_sharded_along_its_parameters_axes():
+    """praxis ShardedAdafactor.init_partition_spec shards the factored moments along their
+    parameter's split_dims_mapping minus the reduced axis (v_row: the mapping without its last
+    entry, v_col: without the one before), the unfactored ones and the momentum like the
+    parameter; here on a (data 2, mdl 4) mesh, every statistic of a parameter too."""
+    mesh = _mesh((1, 2, 4))
+    task = derive(Tiny, ICI_MESH_SHAPE=(1, 2, 4), OPTIMIZER="adafactor", WEIGHT_DECAY=1e-3)()
+    task = task.task()
+    model = TransformerLm(task.model, mesh=mesh)
+    tx, _ = optimizers.build(task.optimizer, state_lib.repeat_prefix(model))
+    abstract, shardings = state_lib.shardings(model, tx, mesh)
+    # apply_if_finite(chain(global-norm clip, chain(factored rms, clip, lr, ema, decay, -1)))
+    factored = shardings["opt_state"].inner_state[1][0]
+    momentum = shardings["opt_state"].inner_state[1][3]
+    wi = ("layers", "ffn", "wi")  # [layers, D, F] on (None, data, mdl)
+
+    def at(tree, path):
+        for key in path:
+            tree = tree[key]
+        return tree
+
+    assert at(factored.v_row, wi).spec == P(None, "data", None)  # [layers, D, 1]
+    assert at(factored.v_col, wi).spec == P(None, None, "mdl")  # [layers, 1, F]
+    assert factored.v_row["embedding"].spec == P("mdl", None)  # [vocab, 1] of [vocab, D]
+    assert factored.v_col["embedding"].spec == P(None, "data")  # [1, D]
+    assert at(momentum.ema, wi).spec == P(None, "data", "mdl")
+    # A stacked norm scale is a vector per layer: unfactored, its moment shaped and placed
+    # like it.
+    scale = ("layers", "pre_ffn_norm", "scale")
+    assert at(factored.v, scale).spec == at(shardings["params"], scale).spec == P(None, "data")
+
+    # Every statistic of every parameter: each axis it shares with the parameter split as the
+    # parameter's, each reduced (size-1) axis unsplit.
+    def check(slot, param):
+        assert slot.ndim == param.ndim
+        pspec = tuple(param.sharding.spec) + (None,) * (param.ndim - len(param.sharding.spec))
+        sspec = tuple(slot.sharding.spec) + (None,) * (slot.ndim - len(slot.sharding.spec))
+        for s, p, a, b in zip(slot.shape, param.shape, sspec, pspec):
+            assert a == (b if s == p else None), (slot.shape, param.shape, sspec, pspec)
+
+    optax.tree_map_params(
+        tx,
+        check,
+        abstract["opt_state"],
+        abstract["params"],
+        transform_non_params=lambda _: None,
+    )
+    # Placed so on initialization: each device holds its share of the row statistics.
+    state = state_lib.initialize(model, tx, shardings, seed=0)
+    v_row = at(state["opt_state"].inner_state[1][0].v_row, wi)
+    assert v_row.shape == (2, 64, 1)
+    assert v_row.addressable_shards[0].data.shape == (2, 32, 1)
