@@ -30,6 +30,13 @@ DTYPES = ("float32", "bfloat16", "float16")
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     vocab_size: int = hp(32000, "vocabulary size", pax="VOCAB_SIZE", minimum=1)
+    vocab_pad_multiple: int = hp(
+        1,
+        "round the embedding and softmax tables up to a multiple of this many ids, so that the "
+        "mesh's `mdl` axis divides them; the padded ids' logits are masked out of the loss and "
+        "out of sampling",
+        minimum=1,
+    )
     num_layers: int = hp(2, "Transformer layers", pax="NUM_LAYERS", minimum=1)
     model_dims: int = hp(256, "width of the residual stream", pax="MODEL_DIMS", minimum=1)
     hidden_dims: int = hp(1024, "width of the feed-forward layer", pax="HIDDEN_DIMS", minimum=1)

@@ -51,6 +51,8 @@ REMAT_POLICIES = {
 ACTIVATIONS = {"relu": nn.relu, "gelu": nn.gelu, "swiglu": nn.silu, "geglu": nn.gelu}
 GATED = ("swiglu", "geglu")
 ACT_AXES = ("batch", "length", "act_embed")
+# A padded id's logit: finite, so no inf - inf, and exp() of it is 0 in float32.
+PADDING_LOGIT = -1e9
 
 
 # 1 / softplus(0): praxis PerDimScale's constant, so a zero-initialized scale is 1/sqrt(dims).
@@ -497,7 +499,8 @@ class TransformerLm(_Sharded):
     def __call__(
         self, inputs, positions: Optional[jax.Array] = None, segment_ids: Optional[jax.Array] = None
     ):
-        """Logits (batch, length, vocab) in float32 for int token ids (batch, length)."""
+        """Logits (batch, length, vocab) in float32 for int token ids (batch, length); with
+        VOCAB_PAD_MULTIPLE, vocab is padded_vocab and the padded ids' logits PADDING_LOGIT."""
         c = self.cfg
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(inputs.shape[1]), inputs.shape)
@@ -505,13 +508,12 @@ class TransformerLm(_Sharded):
         embedding_init = _boxed(
             nn.initializers.normal(stddev=c.embedding_init_std), ("vocab", "embed")
         )
+        vocab = padded_vocab(c)
         if c.separate_embedding:
             # praxis Embedding: the model's default initializer over [vocab, D].
-            table = self.weight(
-                "embedding", (c.vocab_size, d), ("vocab", "embed"), (c.vocab_size, d)
-            )
+            table = self.weight("embedding", (vocab, d), ("vocab", "embed"), (c.vocab_size, d))
         else:
-            table = self.param("embedding", embedding_init, (c.vocab_size, d), pdtype)
+            table = self.param("embedding", embedding_init, (vocab, d), pdtype)
         x = jnp.take(table, inputs, axis=0).astype(self.dtype)
         if c.scale_sqrt_depth:
             x = x * d**0.5
@@ -546,15 +548,31 @@ class TransformerLm(_Sharded):
             # praxis FullSoftmax: its own [D, vocab] weight, Pax's softmax_init.
             gaussian = nn.initializers.normal(stddev=c.embedding_init_std)
             softmax = self.param(
-                "softmax", _boxed(gaussian, ("embed", "vocab")), (d, c.vocab_size), pdtype
+                "softmax", _boxed(gaussian, ("embed", "vocab")), (d, vocab), pdtype
             ).astype(self.dtype)
             logits = jnp.einsum("bte,ev->btv", x, softmax)
         else:
             logits = jnp.einsum("bte,ve->btv", x, table.astype(self.dtype))
         if c.softmax_has_bias:
-            logits = logits + self.bias("softmax_bias", (c.vocab_size,), ("vocab",))
+            logits = logits + self.bias("softmax_bias", (vocab,), ("vocab",))
         logits = self.constrain(logits, ("batch", "length", "act_vocab"))
-        return _cap(logits.astype(jnp.float32), c.softmax_cap)
+        logits = _cap(logits.astype(jnp.float32), c.softmax_cap)
+        if vocab > c.vocab_size:
+            # Padding ids (VOCAB_PAD_MULTIPLE) get no probability: no loss, gradient or sample.
+            logits = jnp.where(jnp.arange(vocab) < c.vocab_size, logits, PADDING_LOGIT)
+        return logits
+
+
+def padded_vocab(cfg: ModelConfig) -> int:
+    """The tables' rows: VOCAB_SIZE rounded up to a multiple of VOCAB_PAD_MULTIPLE."""
+    return -(-cfg.vocab_size // cfg.vocab_pad_multiple) * cfg.vocab_pad_multiple
+
+
+def padding_params(cfg: ModelConfig) -> int:
+    """How many stored numbers the vocabulary padding adds: rows of each table and the bias."""
+    pad = padded_vocab(cfg) - cfg.vocab_size
+    tables = 2 if cfg.separate_embedding else 1
+    return pad * (tables * cfg.model_dims + (1 if cfg.softmax_has_bias else 0))
 
 
 def lm_loss(logits, targets, weights):

@@ -97,7 +97,7 @@ def analyze(name: str) -> dict:
     stages, microbatches = run.task.mesh.num_stages, run.task.mesh.num_microbatches
     return {
         "experiment": registry.name_of(cls),
-        "params": state_lib.num_params(place.abstract),
+        "params": state_lib.num_params(place.abstract, run.task.model),
         "strategy": run.strategy,
         "mesh": dict(run.mesh.shape),
         "pipeline": stages > 1

@@ -71,6 +71,8 @@ def prepare(experiment, devices=None, with_data: bool = True) -> Run:
         num_stages=stages,
         num_microbatches=task.mesh.num_microbatches,
     )
+    if not pmap:
+        state_lib.param_shardings(model, mesh)  # a weight the mesh cannot split: UsageError
     tx, lr_schedule = optimizers.build(task.optimizer, state_lib.repeat_prefix(model))
     train_cfg = next(d for d in datasets if d.is_training)
     vocab = task.model.vocab_size
@@ -254,13 +256,17 @@ def _log_header(run: Run, place, experiment_name: str, peak: dict) -> None:
     logging.info(
         "%s: %.2fM parameters, %s over %s, global batch %d, peak %.3g FLOP/s (%s)",
         experiment_name,
-        state_lib.num_params(place.abstract) / 1e6,
+        state_lib.num_params(place.abstract, run.task.model) / 1e6,
         "pmap" if run.strategy == placement.PMAP else "mesh",
         dict(run.mesh.shape),
         run.global_batch,
         peak["flops"],
         peak["source"],
     )
+    # Where the large weights live (pmap keeps a whole replica on every device by design).
+    if run.strategy != placement.PMAP:
+        for line in state_lib.sharding_lines(place.abstract):
+            logging.info("sharding: %s", line)
     if run.task.mesh.num_stages > 1:
         logging.info(
             "pipeline: %d stages, %d microbatches, bubble fraction %.3f",

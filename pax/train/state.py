@@ -4,12 +4,14 @@ The state is {'step', 'params', 'opt_state'} and, for an FP8 model, the FP8 scal
 histories under pax.models.fp8.OWG (f32, replicated, not parameters).
 """
 
+import math
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
 
-from pax.models import fp8
+from pax.models import fp8, transformer
 from pax.parallel import sharding
 
 
@@ -40,6 +42,45 @@ def _param_names(model):
     return nn.get_partition_spec(boxed)
 
 
+def _is_spec(x) -> bool:
+    return isinstance(x, jax.sharding.PartitionSpec)
+
+
+def _path(path) -> str:
+    return "/".join(["params", *(str(getattr(k, "key", k)) for k in path)])
+
+
+def param_shardings(model, mesh):
+    """Each parameter's NamedSharding from its logical axis names; a UsageError naming the
+    parameter, dimension and mesh axis where the mesh does not divide one
+    (pax.parallel.sharding.param_spec)."""
+    boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), _example_inputs(model)))["params"]
+    return jax.tree_util.tree_map_with_path(
+        lambda path, spec, p: sharding.param_sharding(_path(path), tuple(spec), p.shape, mesh),
+        nn.get_partition_spec(boxed),
+        nn.unbox(boxed),
+        is_leaf=_is_spec,
+    )
+
+
+def sharding_lines(abstract_state, min_bytes: int = 1 << 20) -> list:
+    """One line per parameter of at least min_bytes: its shape, its PartitionSpec and what
+    one device holds, so a run shows where its largest weights live."""
+    lines = []
+    for path, p in jax.tree_util.tree_leaves_with_path(abstract_state["params"]):
+        nbytes = p.size * p.dtype.itemsize
+        if nbytes < min_bytes:
+            continue
+        spec = p.sharding.spec
+        per_device = p.sharding.shard_shape(p.shape)
+        share = math.prod(per_device) * p.dtype.itemsize
+        lines.append(
+            f"{_path(path)} {list(p.shape)} {p.dtype} on {spec}: {list(per_device)} per device "
+            f"({share / 2**20:.1f} of {nbytes / 2**20:.1f} MiB)"
+        )
+    return lines
+
+
 def repeat_prefix(model):
     """Each parameter's number of leading stacked dimensions (`stage`, `layers`), as a tree
     shaped like the parameters: what pax.optim.optimizers.build vectorizes over."""
@@ -50,9 +91,7 @@ def repeat_prefix(model):
             k += 1
         return k
 
-    return jax.tree.map(
-        count, _param_names(model), is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec)
-    )
+    return jax.tree.map(count, _param_names(model), is_leaf=_is_spec)
 
 
 def slot_sharding(slot, param_sharding, param, mesh):
@@ -75,24 +114,18 @@ def shardings(model, tx, mesh):
     """(abstract state, state shardings): parameters placed by their logical axis names,
     optimizer statistics along their parameter's matching axes (slot_sharding), everything else
     (step, FP8 scales and amax histories: a few floats per layer) replicated."""
-    names = _param_names(model)
     abstract = jax.eval_shape(_init_fn(model, tx), jax.random.key(0))
-    param_shardings = jax.tree.map(
-        lambda spec, p: sharding.logical_sharding(tuple(spec), p.shape, mesh),
-        names,
-        abstract["params"],
-        is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec),
-    )
+    params = param_shardings(model, mesh)
     replicated = sharding.replicated(mesh)
     opt_shardings = optax.tree_map_params(
         tx,
         lambda slot, s, p: slot_sharding(slot, s, p, mesh),
         abstract["opt_state"],
-        param_shardings,
+        params,
         abstract["params"],
         transform_non_params=lambda _: replicated,
     )
-    state_shardings = {"step": replicated, "params": param_shardings, "opt_state": opt_shardings}
+    state_shardings = {"step": replicated, "params": params, "opt_state": opt_shardings}
     if fp8.OWG in abstract:
         state_shardings[fp8.OWG] = jax.tree.map(lambda _: replicated, abstract[fp8.OWG])
     abstract = jax.tree.map(
@@ -107,9 +140,11 @@ def initialize(model, tx, state_shardings, seed: int):
     return init(jax.random.key(seed))
 
 
-def num_params(abstract_state) -> int:
-    """Parameters only (not optimizer slots or FP8 state)."""
-    return sum(p.size for p in jax.tree.leaves(abstract_state["params"]))
+def num_params(abstract_state, model_cfg=None) -> int:
+    """Parameters only (not optimizer slots or FP8 state); given the model's config, not the
+    vocabulary's padding rows either (VOCAB_PAD_MULTIPLE)."""
+    stored = sum(p.size for p in jax.tree.leaves(abstract_state["params"]))
+    return stored - (transformer.padding_params(model_cfg) if model_cfg else 0)
 
 
 def model_variables(state) -> dict:

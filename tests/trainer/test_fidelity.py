@@ -604,6 +604,7 @@ OURS_ONLY = {
     "TOKENIZER_PATH": "where the SentencePiece model is",
     "BAD_RECORD_POLICY": "unreadable C4 records",
     "LAYER_SCAN_UNROLL": "nn.scan's unroll for repeated layers (Pax always loops)",
+    "VOCAB_PAD_MULTIPLE": "tables padded so that `mdl` divides them (Pax split them unevenly)",
 }
 
 # Differences that are not an attribute's value.
@@ -736,7 +737,7 @@ def test_parameter_count_is_what_praxis_builds(name):
     abstract = jax.eval_shape(
         lambda: model.init(jax.random.key(0), jax.numpy.zeros((stages, 8), "int32"))
     )
-    ours = state_lib.num_params({"params": abstract["params"]})
+    ours = state_lib.num_params({"params": abstract["params"]}, task.model)
     key = registry.name_of(cls)
     expected = {
         k: v

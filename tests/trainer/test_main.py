@@ -119,3 +119,20 @@ def test_eval_without_checkpoint_is_a_usage_error(tmp_path):
     assert result.returncode == 2
     assert "no complete checkpoint" in result.stderr
     assert not (tmp_path / "job").exists()
+
+
+def test_a_weight_the_mesh_cannot_split_is_exit_2_naming_it_and_the_fix(tmp_path):
+    """GPT-3's vocabulary over a 4-way `mdl`: refused (jax places no uneven shards) rather than
+    replicated on every device, before anything is written."""
+    job_dir = tmp_path / "job"
+    args = ["--exp=LmCloudSpmdTiny", "--set=VOCAB_SIZE=50257", "--set=ICI_MESH_SHAPE=[1,1,4]"]
+    result = _main(*args, f"--job_log_dir={job_dir}", devices=4)
+    assert result.returncode == 2, result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(
+        "pax: error: parameter params/embedding: dimension 0 (vocab, 50257) does not split over "
+        "mesh axis `mdl` (4)"
+    ), lines[0]
+    assert "--set VOCAB_PAD_MULTIPLE=4" in lines[0]
+    assert not job_dir.exists()

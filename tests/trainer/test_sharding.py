@@ -1,10 +1,18 @@
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
 import optax
 import pytest
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from pax.errors import UsageError
+from pax.experiments import registry
 from pax.experiments.config import MeshConfig
-from pax.models.transformer import TransformerLm
+from pax.models.transformer import TransformerLm, lm_loss
 from pax.optim import optimizers
 from pax.parallel import sharding
 from pax.parallel.mesh import build_mesh
@@ -54,10 +62,92 @@ def test_logical_rules_split_weights_over_data_and_mdl():
     )
 
 
-def test_indivisible_dimension_stays_unsplit():
+def test_an_activations_indivisible_dimension_stays_unsplit():
+    """A constraint inside a step (logits [batch, length, vocab]) may leave a dimension unsplit;
+    a stored parameter may not (next test)."""
     mesh = _mesh((1, 2, 4))
-    # GPT-3's vocabulary does not split 4 ways.
     assert sharding.logical_sharding(("vocab", "embed"), (50257, 64), mesh).spec == P(None, "data")
+
+
+def test_a_parameter_the_mesh_does_not_divide_is_a_usage_error_naming_the_fix():
+    mesh = _mesh((1, 2, 4))
+    with pytest.raises(
+        UsageError,
+        match=r"parameter params/embedding: dimension 0 \(vocab, 50257\) does not split over "
+        r"mesh axis `mdl` \(4\), and it would be replicated on every device; pad the "
+        r"vocabulary: --set VOCAB_PAD_MULTIPLE=4 .*or change ICI_MESH_SHAPE",
+    ):
+        sharding.param_sharding("params/embedding", ("vocab", "embed"), (50257, 64), mesh)
+    with pytest.raises(UsageError, match=r"dimension 2 \(heads, 2\).*NUM_KV_HEADS"):
+        sharding.param_sharding("params/qkv", ("embed", None, "heads", "kv"), (64, 4, 2, 8), mesh)
+    # jax itself refuses to place an array on axes that do not divide it (no uneven shards).
+    with pytest.raises(ValueError, match="divide"):
+        jax.device_put(np.zeros((50257, 8), np.float32), NamedSharding(mesh, P("mdl", None)))
+
+
+def test_gpt3_vocabulary_padded_for_a_4_way_mdl_mesh():
+    """VOCAB_SIZE 50257 with VOCAB_PAD_MULTIPLE=4 on (data 2, mdl 4): the tables have 50260
+    rows, split 4 ways; the run's first lines show it; the padded ids get no probability, so
+    the loss is the unpadded model's and the padding rows get no gradient."""
+    mesh = _mesh((1, 2, 4))
+    exp = derive(Tiny, ICI_MESH_SHAPE=(1, 2, 4), VOCAB_SIZE=50257, VOCAB_PAD_MULTIPLE=4)
+    task = exp().task()
+    model = TransformerLm(task.model, mesh=mesh)
+    tx, _ = optimizers.build(task.optimizer, state_lib.repeat_prefix(model))
+    abstract, shardings = state_lib.shardings(model, tx, mesh)
+    assert abstract["params"]["embedding"].shape == (50260, 64)
+    assert shardings["params"]["embedding"].spec == P("mdl", "data")
+    lines = state_lib.sharding_lines(abstract, min_bytes=1 << 20)
+    assert lines == [
+        "params/embedding [50260, 64] float32 on P('mdl', 'data'): [12565, 32] per device "
+        "(1.5 of 12.3 MiB)"
+    ]
+    # Three padding rows of the table and three of the softmax bias are not counted.
+    assert state_lib.num_params(abstract, task.model) == state_lib.num_params(abstract) - 3 * 65
+    state = state_lib.initialize(model, tx, shardings, seed=0)
+    table = state["params"]["embedding"]
+    assert table.addressable_shards[0].data.shape == (12565, 32)
+
+    # The same weights without the padding rows, in a model without padding.
+    params = jax.device_get(state["params"])
+    plain_model = TransformerLm(dataclasses.replace(task.model, vocab_pad_multiple=1))
+    padded = ("embedding", "softmax_bias")
+    plain = {**params, **{k: params[k][:50257] for k in padded}}
+    tokens = jax.random.randint(jax.random.key(1), (2, 17), 0, 50257)
+    padded_model = TransformerLm(task.model)
+
+    def loss(m, p):
+        logits = m.apply({"params": p}, tokens[:, :-1])
+        return lm_loss(logits, tokens[:, 1:], jnp.ones((2, 16)))[0]
+
+    padded_loss, grads = jax.value_and_grad(lambda p: loss(padded_model, p))(params)
+    np.testing.assert_allclose(padded_loss, loss(plain_model, plain), rtol=1e-6)
+    for k in padded:
+        assert not np.any(grads[k][50257:]), k
+
+
+def test_every_registered_experiments_parameters_split_on_its_own_mesh():
+    """No registered experiment relies on a silently replicated weight: every parameter's
+    dimensions split over the mesh axes its names map to (ICI x DCN shape; -1 as 1)."""
+    for name in registry.names():
+        task = registry.get(name)().task()
+        m = task.mesh
+        if m.ici_mesh_shape is None:
+            continue  # pmap: a whole replica on every device by design
+        dcn = m.dcn_mesh_shape or (1,) * len(m.ici_mesh_shape)
+        sizes = [max(i, 1) * d for i, d in zip(m.ici_mesh_shape, dcn)]
+        mesh_shape = dict(zip(m.mesh_axis_names, sizes))
+        model = TransformerLm(task.model, num_stages=m.num_stages, num_microbatches=m.num_stages)
+        inputs = jnp.zeros((m.num_stages, 8), "int32")
+        boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), inputs))["params"]  # noqa: B023
+        jax.tree_util.tree_map_with_path(
+            lambda path, spec, p: sharding.param_spec(
+                f"{name} {jax.tree_util.keystr(path)}", tuple(spec), p.shape, mesh_shape
+            ),
+            nn.get_partition_spec(boxed),
+            nn.unbox(boxed),
+            is_leaf=lambda x: isinstance(x, P),
+        )
 
 
 def test_train_state_placement_on_a_2d_mesh():

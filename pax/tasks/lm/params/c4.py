@@ -145,6 +145,9 @@ class C4SpmdPipelineGpt3AdamOrgHP(C4SpmdPipelineAdam):
     HIDDEN_DIMS = 12288 * 4
     DIMS_PER_HEAD = None
     VOCAB_SIZE = 50257
+    # Ours: 50304 rows, so any `mdl` up to 128 splits the tables. Pax split 50257 unevenly
+    # (GSPMD); jax places a stored array only on mesh axes that divide it.
+    VOCAB_PAD_MULTIPLE = 128
     USE_REPEATED_LAYER = False
     ACTIVATION = "gelu"
     SEPARATE_EMBEDDING = False
