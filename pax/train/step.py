@@ -45,7 +45,9 @@ def make_train_step(model, tx, lr_schedule, axis_name=None):
         metrics = {
             **metrics,
             "grad_norm": grad_norm,
-            "learning_rate": lr_schedule(state["step"]),
+            # The rate this step applies: the optimizer's schedules count applied steps only
+            # (optax.apply_if_finite leaves them alone on a skipped step).
+            "learning_rate": lr_schedule(state["step"] - state["opt_state"].total_notfinite),
             "finite": finite,
             "skipped_steps": opt_state.total_notfinite,
         }  # from optax.apply_if_finite

@@ -12,6 +12,7 @@ from pax.experiments.config import PARAMS, OptimizerConfig
 from pax.models.transformer import TransformerLm, lm_loss
 from pax.optim import optimizers, schedules
 from pax.train import loop
+from pax.train.step import make_train_step
 from tests.trainer.helpers import Tiny, derive
 
 
@@ -259,3 +260,26 @@ def test_stacked_layers_get_the_updates_of_the_same_layers_unstacked(optimizer, 
             )
         unrolled = optax.apply_updates(unrolled, u_updates)
         stacked = optax.apply_updates(stacked, s_updates)
+
+
+def test_logged_learning_rate_is_the_one_the_optimizer_applies_after_a_skipped_step():
+    """optax.apply_if_finite leaves the optimizer's schedules alone on a non-finite step, so
+    after one the rate applied lags the step number; the logged rate is the applied one (the
+    scale_by_learning_rate count inside the Adam chain)."""
+    exp = derive(
+        Tiny, LR_SCHEDULE="linear_rampup_cosine_decay", LR_WARMUP_STEPS=10, LR_DECAY_START=10
+    )
+    run = loop.prepare(exp(), with_data=False)
+    model = TransformerLm(run.task.model)
+    tokens = jax.random.randint(jax.random.key(1), (2, 17), 0, 256)
+    params = nn.unbox(model.init(jax.random.key(0), tokens[:, :-1]))["params"]
+    state = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": run.tx.init(params)}
+    step = jax.jit(make_train_step(model, run.tx, run.lr_schedule))
+    batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:], "weights": jnp.ones((2, 16))}
+    for weights in (1.0, np.nan, 1.0, 1.0):  # the second step's loss is NaN: skipped
+        state, metrics = step(state, {**batch, "weights": batch["weights"] * weights})
+    # apply_if_finite(chain(global-norm clip, scale_by_adam, clip, decay, scale_by_learning_rate))
+    applied_before_last = int(state["opt_state"].inner_state[-1].count) - 1
+    assert applied_before_last == 2 and int(metrics["skipped_steps"]) == 1
+    np.testing.assert_allclose(metrics["learning_rate"], run.lr_schedule(applied_before_last))
+    assert float(run.lr_schedule(3)) != float(run.lr_schedule(2))
