@@ -5,7 +5,8 @@ Every session that runs the trainer uses one pinned environment per (release, pl
 against it before each use (pax.environments.venv). Sessions themselves get no nox venv
 (venv_backend="none"), so `train` and `test` share that one environment.
 
-  ./noxw -s test  -- [RELEASE] [pytest args]        tests against a release (default: newest)
+  ./noxw -s test  -- [RELEASE] [--full] [pytest args]   fast tier against a release (default:
+                                                  newest); --full adds the slow tier
   ./noxw -s train -- [RELEASE] [PLATFORM] [flags]    tiny LM run; flags go to pax.main
   ./noxw -s bench -- [RELEASE] [--json FILE]      trainer, minimal loop, baseline; MFU, I/O;
                                                   decoding with the KV cache vs recompute
@@ -78,7 +79,8 @@ def _flag_value(args: list[str], name: str) -> str | None:
 
 @nox.session(venv_backend="none")
 def test(session: nox.Session) -> None:
-    """Run pytest in a release's pinned CPU env: `test -- [RELEASE] [pytest args]`."""
+    """Run pytest in a release's pinned CPU env: `test -- [RELEASE] [--full] [pytest args]`;
+    the fast tier by default, `--full` adds the tests marked slow."""
     args = list(session.posargs)
     release = _release(session, args)
     env = _env(session, release, "cpu")

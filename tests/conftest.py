@@ -1,8 +1,86 @@
-"""Tests run on CPU with 8 virtual devices; XLA_FLAGS must be set before jax is imported."""
+"""Tests run on CPU with 8 virtual devices; XLA_FLAGS must be set before jax is imported.
+
+Two tiers: the default one (`./noxw -s test`) checks every module's behaviour at the smallest
+sizes where each claim holds; tests marked `slow` (long runs, multi-process jobs, real engines)
+run only with `--full` (`./noxw -s test -- --full`), as CI does.
+"""
 
 import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
 
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def _compilation_cache() -> Path | None:
+    """JAX's persistent compilation cache in the env's own folder: an env is one release on one
+    lock, so the cache is keyed by release, and a test (or a pax.main it starts, which inherits
+    the variables) that compiles a step another one compiled loads it instead."""
+    folder = Path(sys.prefix) / "jax-compilation-cache"
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError:  # a read-only env (an image's): compile as usual
+        return None
+    return folder if os.access(folder, os.W_OK) else None
+
+
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ and (_cache := _compilation_cache()):
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(_cache)
+    # The tiny test models compile in well under jax's default 1 s threshold.
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--full", action="store_true", help="also run the slow tier (tests marked `slow`)"
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--full"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
+_STARTED = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    tier = "full (fast + slow)" if config.getoption("--full") else "fast"
+    passed = len(terminalreporter.stats.get("passed", []))
+    minutes = (time.monotonic() - _STARTED) / 60
+    terminalreporter.write_line(
+        f"tier {tier}: {passed} passed, {minutes:.1f} min wall"
+        + ("" if config.getoption("--full") else "; `--full` adds the tests marked slow")
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_job(tmp_path_factory):
+    """One finished run of tests.trainer.helpers.Tiny on one device (6 steps, checkpoints at 3
+    and 6, eval at 3 and 6), trained once per test session. Read it, never write into it: a test
+    that changes a job directory takes `tiny_job_copy`."""
+    import jax
+
+    from pax.train import loop
+    from tests.trainer.helpers import Tiny
+
+    job = tmp_path_factory.mktemp("tiny") / "job"
+    loop.train(loop.prepare(Tiny(), devices=jax.devices()[:1]), str(job), "tests.Tiny")
+    return job
+
+
+@pytest.fixture
+def tiny_job_copy(tiny_job, tmp_path):
+    """A private copy of `tiny_job` for a test that resumes, corrupts or writes into it."""
+    return Path(shutil.copytree(tiny_job, tmp_path / "job", symlinks=True))

@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -54,18 +53,16 @@ def _main(*args, wait=True):
     return subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """Tiny trained 6 steps on one device: checkpoints at steps 3 and 6."""
-    job = tmp_path_factory.mktemp("decode") / "job"
-    loop.train(loop.prepare(Tiny(), devices=jax.devices()[:1]), str(job), "tests.Tiny")
-    return job
+@pytest.fixture
+def trained(tiny_job):
+    """Tiny trained 6 steps on one device: checkpoints at steps 3 and 6 (read only)."""
+    return tiny_job
 
 
 @pytest.fixture
-def job(trained, tmp_path):
+def job(tiny_job_copy):
     """A copy of the trained job directory, for a test to write its decoder outputs into."""
-    return shutil.copytree(trained, tmp_path / "job")
+    return tiny_job_copy
 
 
 def _records(path):

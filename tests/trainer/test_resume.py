@@ -30,18 +30,10 @@ def _train(job_dir, experiment=Tiny):
     )
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A finished Tiny run (checkpoints 3 and 6), copied fresh for each test that changes it."""
-    job = tmp_path_factory.mktemp("trained")
-    _train(job)
-    return job
-
-
 @pytest.fixture
-def job(trained, tmp_path):
-    subprocess.run(["cp", "-a", f"{trained}/.", str(tmp_path)], check=True)
-    return tmp_path
+def job(tiny_job_copy):
+    """A finished Tiny run (checkpoints 3 and 6), copied fresh for each test that changes it."""
+    return tiny_job_copy
 
 
 def _snapshot(job_dir):

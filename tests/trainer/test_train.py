@@ -22,10 +22,9 @@ def _train(job_dir, experiment_cls, devices=None):
 
 
 @pytest.fixture(scope="module")
-def reference_run(tmp_path_factory):
-    """6 steps of Tiny on one device, global batch 8."""
-    job_dir = tmp_path_factory.mktemp("one_device")
-    return job_dir, _train(job_dir, Tiny, devices=jax.devices()[:1])
+def reference_run(tiny_job):
+    """6 steps of Tiny on one device, global batch 8 (the session's shared run)."""
+    return tiny_job, read_metrics(tiny_job)
 
 
 @pytest.mark.parametrize("mesh", [(1, 8, 1), (1, 2, 4), (2, 2, 2)])
