@@ -91,6 +91,9 @@ def test_decode_once_prints_and_writes_continuations(job):
         assert r["completion"] in result.stdout
 
 
+# Slow tier: two more runs; sampling and the decode set are the fast tier's in test_sampling and
+# test_prompts, decode_once end to end in the test above.
+@pytest.mark.slow
 def test_decode_once_samples_the_experiments_decode_set(job, tmp_path):
     args = [*TINY, f"--job_log_dir={job}", "--mode=decode_once", "--num_prompts=3"]
     args += ["--max_new_tokens=6", "--sampling=sample", "--top_k=20", "--decode_seed=5"]
@@ -105,6 +108,8 @@ def test_decode_once_samples_the_experiments_decode_set(job, tmp_path):
     assert _records(path) == records
 
 
+# Slow tier: three runs at once; the fast tier's decode mode is the two tests below.
+@pytest.mark.slow
 def test_decode_follows_checkpoints_as_training_writes_them(tmp_path):
     job = tmp_path / "job"
     follower = _main(

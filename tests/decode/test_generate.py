@@ -63,10 +63,13 @@ def _full_logits(model, variables, ids, positions=None, segment_ids=None):
     "attrs, sampling",
     [
         ({}, SAMPLE),  # rotary positions
-        (dict(POSITION_EMBEDDING="learned"), SAMPLE),
+        # Learned positions' cache: the fast tier has them in the packed-prompt test.
+        pytest.param(dict(POSITION_EMBEDDING="learned"), SAMPLE, marks=pytest.mark.slow),
         (dict(USE_REPEATED_LAYER=False, NUM_KV_HEADS=2, ACTIVATION="swiglu"), GREEDY),
         # Trained with memory savers: decoding drops them, the parameters are the same.
-        (dict(REMAT_POLICY="full", ATTENTION_QUERY_CHUNK=8), GREEDY),
+        pytest.param(
+            dict(REMAT_POLICY="full", ATTENTION_QUERY_CHUNK=8), GREEDY, marks=pytest.mark.slow
+        ),
     ],
 )
 def test_cached_logits_are_those_of_the_full_sequence(attrs, sampling):
@@ -87,7 +90,11 @@ def test_cached_logits_are_those_of_the_full_sequence(attrs, sampling):
             np.testing.assert_array_equal(new, expected.argmax(-1))
 
 
-@pytest.mark.parametrize("attrs", [{}, dict(POSITION_EMBEDDING="learned")])
+# Rotary positions' packed prompts: the slow tier (the fast one has rotary in the cached-logits
+# test, and learned positions' packing here).
+@pytest.mark.parametrize(
+    "attrs", [pytest.param({}, marks=pytest.mark.slow), dict(POSITION_EMBEDDING="learned")]
+)
 def test_packed_prompt_continues_its_last_document(attrs):
     """A prefill of two packed documents (segment ids 1, 2; positions restart): generation
     continues document 2 exactly as the full packed row computes it, and as document 2 alone."""

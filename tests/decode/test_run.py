@@ -17,7 +17,8 @@ from tests.trainer.test_pipeline import Piped
 PROMPTS = ("The list", "Dictionaries are")
 
 
-@pytest.mark.parametrize("repeated", [True, False])
+# Per-layer (unrepeated) stages: the slow tier; their decode path is the unrolled model's.
+@pytest.mark.parametrize("repeated", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_unstaged_parameters_compute_what_the_pipeline_computes(repeated):
     piped_cfg = derive(Piped, USE_REPEATED_LAYER=repeated)().task()
     piped = TransformerLm(piped_cfg.model, num_stages=2, num_microbatches=4)
