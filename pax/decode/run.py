@@ -21,9 +21,14 @@ import os
 import time
 
 import jax
+import numpy as np
+import orbax.checkpoint as ocp
 from absl import logging
+from etils import epath
+from flax import serialization
 
-from pax.checkpoint.manager import CheckpointError, step_name
+from pax.checkpoint.flax_file import FlaxFileCheckpointer
+from pax.checkpoint.manager import CheckpointError, check_compatible, step_name
 from pax.data import tokenizers
 from pax.decode import prompts as prompts_lib
 from pax.decode.generate import Generator, decode_model, unstage
@@ -131,8 +136,10 @@ class Decoder:
         return self._placement.checkpointer(self.job_dir, saving=False)
 
     def variables(self, checkpointer, step: int):
-        """The decoding model's variables from the checkpoint at `step`."""
-        return self._layout(state_lib.model_variables(checkpointer.restore(step, self.abstract)))
+        """The decoding model's variables from the checkpoint at `step`: the parameters (and
+        FP8 state) only, never the optimizer's statistics (twice the parameters with Adam)."""
+        parts = state_lib.model_variables(self.abstract)
+        return self._layout(restore_parts(checkpointer, step, parts))
 
     def decode(self, variables, step: int) -> list[dict]:
         """One record per prompt, in prompt order."""
@@ -173,6 +180,34 @@ class Decoder:
                     f.write(json.dumps(record, ensure_ascii=False) + "\n")
             os.replace(path + ".tmp", path)
         return path
+
+
+def restore_parts(checkpointer, step: int, parts: dict) -> dict:
+    """The saved state's top-level entries named in `parts` (abstract arrays with shardings),
+    read and placed without the rest of the state."""
+    if isinstance(checkpointer, FlaxFileCheckpointer):
+        # One msgpack file: it is read whole, but only these parts reach the devices.
+        path = os.path.join(checkpointer.directory, step_name(step))
+        with open(path, "rb") as f:
+            saved = serialization.msgpack_restore(f.read())["state"]
+        saved = {k: saved[k] for k in parts if k in saved}
+        check_compatible(path, saved, serialization.to_state_dict(parts))
+        restored = serialization.from_state_dict(parts, saved)
+        return jax.tree.map(
+            lambda a, s: jax.device_put(np.asarray(a, s.dtype), s.sharding), restored, parts
+        )
+    # orbax's partial restore reads only the arrays asked for.
+    path = epath.Path(checkpointer.directory) / step_name(step) / "state"
+    metadata = ocp.StandardCheckpointHandler().metadata(path)
+    check_compatible(step_name(step), {k: metadata[k] for k in parts if k in metadata}, parts)
+    return ocp.PyTreeCheckpointer().restore(
+        path,
+        args=ocp.args.PyTreeRestore(
+            parts,
+            restore_args=ocp.checkpoint_utils.construct_restore_args(parts),
+            partial_restore=True,
+        ),
+    )
 
 
 def _check_against_job(job_dir: str, run, tokenizer_path) -> None:

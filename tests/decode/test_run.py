@@ -74,3 +74,21 @@ def test_a_pmap_run_decodes_from_its_single_file_checkpoint(tmp_path):
     assert [(r["completion"], r["completion_tokens"]) for r in records] == _reference(
         state["params"], run.task.model
     )
+
+
+@pytest.mark.parametrize("mesh", ["spmd", "pmap"])
+def test_decoding_reads_the_parameters_only(tmp_path, mesh):
+    """The decoder restores the parameters alone (orbax's partial restore; from a pmap run's
+    single file only they reach the devices), never the optimizer's statistics: a checkpoint
+    of the same model trained with another optimizer decodes."""
+    extra = {"ICI_MESH_SHAPE": None, "PERCORE_BATCH_SIZE": 4} if mesh == "pmap" else {}
+    devices = jax.devices()[:1]
+    _, state = _checkpointed(derive(Tiny, OPTIMIZER="adafactor", **extra), tmp_path, devices)
+    adam = loop.prepare(derive(Tiny, **extra)(), devices=devices, with_data=False)
+    options = Options(prompts=PROMPTS, max_new_tokens=6)
+    decoder = decode_run.Decoder(adam, str(tmp_path), options, True)
+    variables = decoder.variables(decoder.checkpointer(), 6)
+    assert set(variables) == {"params"}
+    jax.tree.map(
+        np.testing.assert_array_equal, jax.device_get(variables["params"]), state["params"]
+    )
