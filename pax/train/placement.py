@@ -95,9 +95,10 @@ class Spmd(_Placement):
         """This process's rows of global batch `index`, assembled into sharded global arrays."""
         run = self.run
         spec = sharding.batch_sharding(run.mesh)
+        rows = process_rows(run.mesh, run.global_batch)
         return {
             k: jax.make_array_from_process_local_data(spec, v, (run.global_batch,) + v.shape[1:])
-            for k, v in _local_rows(dataset, index, run).items()
+            for k, v in dataset.batch(index, run.global_batch, rows).items()
         }
 
 
@@ -148,6 +149,34 @@ class Pmap(_Placement):
 
 
 def _local_rows(dataset, index: int, run) -> dict:
-    per_process = run.global_batch // jax.process_count()
-    rows = slice(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
-    return dataset.batch(index, run.global_batch, rows)
+    return dataset.batch(index, run.global_batch, process_stripe(run.global_batch))
+
+
+def process_stripe(global_batch: int) -> slice:
+    """This process's equal share of the batch, by process index (pmap, and C4's streams, which
+    give each process its own files)."""
+    per_process = global_batch // jax.process_count()
+    return slice(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
+
+
+def process_rows(mesh, global_batch: int) -> slice:
+    """The rows of the global batch that this process's devices hold under the batch sharding.
+
+    jax.make_array_from_process_local_data takes from each process the rows of its own devices'
+    batch shards. Where the mesh gives devices of two processes the same shard (`mdl` spanning
+    hosts), both must feed the same rows, which the process's stripe would not be."""
+    spec = sharding.batch_sharding(mesh, ndim=1)
+    shards = sorted(
+        {
+            (index.start or 0, global_batch if index.stop is None else index.stop)
+            for (index,) in spec.addressable_devices_indices_map((global_batch,)).values()
+        }
+    )
+    start, stop = shards[0][0], shards[-1][1]
+    if sum(b - a for a, b in shards) != stop - start:
+        raise UsageError(
+            f"process {jax.process_index()}'s devices hold batch rows {shards}, not one run of "
+            "rows; order the mesh so each process's devices hold adjacent batch shards (put "
+            "`data`/`replica` across hosts in DCN_MESH_SHAPE)"
+        )
+    return slice(start, stop)

@@ -187,3 +187,33 @@ def test_bad_host_index_is_a_usage_error(tmp_path):
     )
     assert result.returncode == 2
     assert "--host_idx=2 is outside 0..1" in result.stderr
+
+
+@pytest.mark.slow  # three short trainings, two of them as a pair of processes
+def test_processes_sharing_a_batch_shard_feed_the_same_rows(tmp_path):
+    """`mdl` across both processes (mesh [1,1,8]: one batch shard on all 8 devices): each
+    process feeds the whole batch its devices hold, not its half of the rows, and the losses
+    are one process's."""
+    mdl_across = [a for a in COMMON if "ICI_MESH_SHAPE" not in a] + [
+        "--set=ICI_MESH_SHAPE=[1,1,8]",
+        "--set=NUM_HEADS=8",
+        "--set=NUM_TRAIN_STEPS=2",
+        "--set=CHECKPOINT_EVERY_N_STEPS=2",
+    ]
+    one, two = tmp_path / "one", tmp_path / "two"
+    single = subprocess.run(
+        [sys.executable, "-m", "pax.main", *mdl_across, f"--job_log_dir={one}"],
+        env=_env(8),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert single.returncode == 0, single.stderr[-2000:]
+    procs = _pair(two, common=mdl_across)
+    logs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
+    a, b = _rows(one), _rows(two)
+    assert [(r["split"], r["step"]) for r in a] == [(r["split"], r["step"]) for r in b]
+    for x, y in zip(a, b):
+        assert y["loss"] == pytest.approx(x["loss"], rel=1e-5)
