@@ -11,6 +11,7 @@ import json
 import os
 
 from pax.errors import UsageError
+from pax.experiments import config as config_lib
 from pax.experiments.base import BaseExperiment
 
 FILE = "config.json"
@@ -42,15 +43,20 @@ def check(job_dir: str, config: dict) -> None:
             f"{path} is not JSON ({e}); it records what this job directory holds: restore it, "
             "or use a new --job_log_dir"
         ) from None
-    differences = [d for d in _differences(written, as_written(config)) if not _resumable(d[0])]
+    differences = [
+        d
+        for d in _differences(written, as_written(config))
+        if not _resumable(d[0]) and not _new_field_at_default(*d)
+    ]
     if not differences:
         return
     path_name, before, now = differences[0]
     more = f" (and {len(differences) - 1} more)" if len(differences) > 1 else ""
-    back = [_set_back(p, old) for p, old, _ in differences]
+    back = [_set_back(p, old) for p, old, _ in differences if old is not _ABSENT]
     back = " ".join(b for b in back if b)
+    was = "absent" if before is _ABSENT else json.dumps(before)
     raise UsageError(
-        f"{job_dir} holds a run of another configuration: {path_name} is {json.dumps(before)} "
+        f"{job_dir} holds a run of another configuration: {path_name} is {was} "
         f"in its {FILE}, {json.dumps(now)} in this run{more}; nothing was changed. Use a new "
         f"--job_log_dir for this configuration"
         + (
@@ -67,7 +73,7 @@ def _differences(before, now, path=""):
         out = []
         for key in sorted(before.keys() | now.keys()):
             sub = f"{path}.{key}" if path else key
-            out += _differences(before.get(key), now.get(key), sub)
+            out += _differences(before.get(key, _ABSENT), now.get(key), sub)
         return out
     if isinstance(before, list) and isinstance(now, list) and len(before) == len(now):
         return [
@@ -76,6 +82,17 @@ def _differences(before, now, path=""):
             for d in _differences(b, n, f"{path}[{i}]")
         ]
     return [] if before == now else [(path, before, now)]
+
+
+# A key that an older config.json does not have.
+_ABSENT = object()
+
+
+def _new_field_at_default(path: str, before, now) -> bool:
+    """A hyper-parameter added since the job directory was written, at its default here: the
+    default keeps the behaviour the run had, so it is the same configuration."""
+    param = config_lib.PARAMS.get(path.rsplit(".", 1)[-1].upper())
+    return before is _ABSENT and param is not None and as_written(param.default) == now
 
 
 def _resumable(path: str) -> bool:

@@ -194,3 +194,20 @@ def test_every_registered_experiment_resolves_and_describes():
         text = describe.describe(registry.get(name), name)
         rows = [ln for ln in text.splitlines() if ln.startswith("  ")]
         assert len(rows) == len(config.PARAMS), name
+
+
+def test_a_job_directory_from_before_a_new_hyper_parameter_resumes_at_its_default(tmp_path):
+    """A config.json written before VOCAB_PAD_MULTIPLE existed: the same run at its default (no
+    padding), a usage error at another value."""
+    import json
+
+    from pax.train import job_config, loop
+
+    run = loop.prepare(Tiny(), with_data=False)
+    written = job_config.as_written(loop._config(run, "tests.Tiny"))
+    del written["task"]["model"]["vocab_pad_multiple"]
+    (tmp_path / job_config.FILE).write_text(json.dumps(written))
+    job_config.check(str(tmp_path), loop._config(run, "tests.Tiny"))
+    padded = loop.prepare(derive(Tiny, VOCAB_PAD_MULTIPLE=8)(), with_data=False)
+    with pytest.raises(UsageError, match="task.model.vocab_pad_multiple is absent in its"):
+        job_config.check(str(tmp_path), loop._config(padded, "tests.Tiny"))
