@@ -124,11 +124,17 @@ _capped_softmax.defvjp(_capped_softmax_fwd, _capped_softmax_bwd)
 ROTARY_TABLE_SCOPE = "rotary_sin_cos"
 
 
-def _rotary(x, positions, max_wavelength: float = 10_000.0):
-    """Rotary position embedding over the last axis; x is (batch, length, ..., dims)."""
+def _rotary(x, positions, max_wavelength: float = 10_000.0, table_matmul: bool = True):
+    """Rotary position embedding over the last axis; x is (batch, length, ..., dims).
+    table_matmul: sin and cos through an identity matmul (a CPU kernel, below)."""
     half = x.shape[-1] // 2
     freq = max_wavelength ** (-jnp.arange(half, dtype=jnp.float32) / half)
     angle = positions[..., None].astype(jnp.float32) * freq  # (batch, length, half)
+    shape = angle.shape[:2] + (1,) * (x.ndim - 3) + (half,)
+    if not table_matmul:
+        sin, cos = jnp.sin(angle).reshape(shape), jnp.cos(angle).reshape(shape)
+        x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+        return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
     # XLA counts sin and cos as cheap and fuses them into every use, here one per head and
     # half of every query and key: on CPU that was 3% of a bench step. A product with the
     # identity (exact at "highest" precision) is a matmul, which XLA does not fuse, so each
@@ -136,9 +142,7 @@ def _rotary(x, positions, max_wavelength: float = 10_000.0):
     with jax.named_scope(ROTARY_TABLE_SCOPE):
         identity = jnp.eye(half, dtype=jnp.float32)
         sin, cos = (
-            jnp.matmul(f(angle), identity, precision="highest").reshape(
-                angle.shape[:2] + (1,) * (x.ndim - 3) + (half,)
-            )
+            jnp.matmul(f(angle), identity, precision="highest").reshape(shape)
             for f in (jnp.sin, jnp.cos)
         )
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
@@ -222,6 +226,19 @@ class _Sharded(nn.Module):
     def dtype(self):
         return jnp.dtype(self.cfg.fprop_dtype)
 
+    @property
+    def cpu_kernels(self) -> bool:
+        """Whether to use the forms tuned on XLA:CPU profiles (CPU_KERNELS): weight_einsum's
+        and add_bias's custom gradients, _capped_softmax, rotary's identity matmul. Their custom
+        VJPs rule out forward-mode autodiff (jax.jvp, jax.linearize), and nothing shows they help
+        on TPU or GPU, where weight_einsum's merged batch axes may also cross a sharded one; so
+        `auto` keeps them to CPU."""
+        kernels = self.cfg.cpu_kernels
+        return jax.default_backend() == "cpu" if kernels == "auto" else kernels == "on"
+
+    def add_bias(self, y, b):
+        return add_bias(y, b) if self.cpu_kernels else y + b
+
     def constrain(self, x, names=ACT_AXES):
         if self.mesh is None:
             return x
@@ -255,7 +272,7 @@ class _Sharded(nn.Module):
         """A weight matmul; FP8 (pax.models.fp8) with USE_FP8, its scales under `name`_fp8."""
         if self.cfg.use_fp8:
             return fp8.einsum(f"{name}_fp8", eqn, x, w)
-        return weight_einsum(eqn, x, w)
+        return weight_einsum(eqn, x, w) if self.cpu_kernels else jnp.einsum(eqn, x, w)
 
 
 class LayerNorm(nn.Module):
@@ -278,11 +295,22 @@ class LayerNorm(nn.Module):
 
 
 def _attend(
-    q, k, v, q_positions, k_positions, q_segments, k_segments, cap: float, dtype, kv="bsnd"
+    q,
+    k,
+    v,
+    q_positions,
+    k_positions,
+    q_segments,
+    k_segments,
+    cap: float,
+    dtype,
+    kv="bsnd",
+    capped_softmax: bool = True,
 ):
     """Causal softmax attention of q (batch, t, group, kv_heads, dims) over k, v (batch, s,
     kv_heads, dims), or with kv="bnsd" (batch, kv_heads, s, dims), the KV cache's layout; with
-    segment ids (packed inputs), only within a query's own segment."""
+    segment ids (packed inputs), only within a query's own segment. capped_softmax: the
+    softmax of capped logits without its max pass (a CPU kernel, _capped_softmax)."""
     b, t, g, n, d = q.shape
     # A group's query heads share one key/value head, so the group folds into the query axis
     # (row t*g + j is query t of head j) and the scores are 4-D, (batch, kv_heads, t*g, s): the
@@ -294,7 +322,7 @@ def _attend(
     if q_segments is not None:
         q_segments = jnp.repeat(q_segments, g, axis=1)
         mask &= q_segments[:, None, :, None] == k_segments[:, None, None, :]
-    if 0 < cap <= _CAP_WITHOUT_MAX:
+    if capped_softmax and 0 < cap <= _CAP_WITHOUT_MAX:
         probs = _capped_softmax(logits, mask, cap)
     else:
         logits = jnp.where(mask, _cap(logits, cap), jnp.finfo(jnp.float32).min)
@@ -327,7 +355,7 @@ class Attention(_Sharded):
             "qkv",
         )
         if c.use_bias:
-            qkv = add_bias(
+            qkv = self.add_bias(
                 qkv, self.bias("qkv_bias", (group + 2, kv_heads, dims), (None, "heads", "kv"))
             )
         qkv = checkpoint_name(qkv, "combined_qkv_proj")
@@ -336,7 +364,7 @@ class Attention(_Sharded):
         q, k, v = jnp.split(qkv, (group, group + 1), axis=2)
         k, v = k.squeeze(2), v.squeeze(2)
         if c.use_rotary_position_emb:
-            q, k = _rotary(q, positions), _rotary(k, positions)
+            q, k = (_rotary(a, positions, table_matmul=self.cpu_kernels) for a in (q, k))
         k_positions, k_segments, kv_layout = positions, segment_ids, "bsnd"
         if kv_cache.decoding(self):
             # Keys and values of the tokens fed before come from the cache; this call's join them.
@@ -370,6 +398,7 @@ class Attention(_Sharded):
                 c.atten_logit_cap,
                 self.dtype,
                 kv_layout,
+                self.cpu_kernels,
             )
 
         size = c.attention_query_chunk
@@ -396,7 +425,7 @@ class Attention(_Sharded):
             "post",
         )
         if c.use_bias:
-            out = add_bias(out, self.bias("post_bias", (d,), ("embed",)))
+            out = self.add_bias(out, self.bias("post_bias", (d,), ("embed",)))
         return checkpoint_name(out, "out_proj")
 
 
@@ -415,21 +444,21 @@ class FeedForward(_Sharded):
                 "wi",
             )
             if c.ffn_has_bias:
-                h = add_bias(h, self.bias("wi_bias", (2, f), (None, "mlp")))
+                h = self.add_bias(h, self.bias("wi_bias", (2, f), (None, "mlp")))
             h = act(h[:, :, 0]) * h[:, :, 1]
         else:
             h = self.project(
                 "bte,eh->bth", x, self.weight("wi", (d, f), ("embed", "mlp"), (d, f)), "wi"
             )
             if c.ffn_has_bias:
-                h = add_bias(h, self.bias("wi_bias", (f,), ("mlp",)))
+                h = self.add_bias(h, self.bias("wi_bias", (f,), ("mlp",)))
             h = act(h)
         h = self.constrain(h, ("batch", "length", "act_mlp"))
         out = self.project(
             "bth,he->bte", h, self.weight("wo", (f, d), ("mlp", "embed"), (f, d)), "wo"
         )
         if c.ffn_has_bias:
-            out = add_bias(out, self.bias("wo_bias", (d,), ("embed",)))
+            out = self.add_bias(out, self.bias("wo_bias", (d,), ("embed",)))
         return out
 
 

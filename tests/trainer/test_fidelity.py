@@ -605,6 +605,7 @@ OURS_ONLY = {
     "BAD_RECORD_POLICY": "unreadable C4 records",
     "LAYER_SCAN_UNROLL": "nn.scan's unroll for repeated layers (Pax always loops)",
     "VOCAB_PAD_MULTIPLE": "tables padded so that `mdl` divides them (Pax split them unevenly)",
+    "CPU_KERNELS": "the XLA:CPU-tuned forms of the same math, on where the backend is CPU",
 }
 
 # Differences that are not an attribute's value.

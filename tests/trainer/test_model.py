@@ -1,6 +1,7 @@
 import dataclasses
 import math
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -261,3 +262,35 @@ def test_query_chunked_attention_is_the_same_math():
 def test_query_chunk_must_divide_the_sequence():
     with pytest.raises(UsageError, match="ATTENTION_QUERY_CHUNK=12 does not divide SEQ_LEN=32"):
         loop.prepare(derive(Tiny, ATTENTION_QUERY_CHUNK=12)())
+
+
+def test_cpu_kernels_off_is_the_same_math_and_supports_forward_mode_autodiff():
+    """CPU_KERNELS=off (the default off CPU) is plain jnp: the same loss and gradients as the
+    CPU-tuned forms (custom VJPs: weight and bias gradients, the capped softmax; rotary's
+    identity matmul), and jax.jvp / jax.linearize of the loss work, which custom VJPs forbid."""
+    exp = derive(Tiny, USE_BIAS=True, FFN_HAS_BIAS=True, USE_ROTARY_POSITION_EMB=True)
+    tokens = jax.random.randint(jax.random.key(1), (2, 17), 0, 256)
+
+    def loss_fn(kernels):
+        model = TransformerLm(dataclasses.replace(exp().task().model, cpu_kernels=kernels))
+        return model, lambda p: lm_loss(
+            model.apply({"params": p}, tokens[:, :-1]), tokens[:, 1:], jnp.ones((2, 16))
+        )[0]
+
+    on_model, on_loss = loss_fn("on")
+    _, off_loss = loss_fn("off")
+    assert on_model.cfg.atten_logit_cap > 0  # the capped softmax is in play
+    params = nn.unbox(jax.jit(on_model.init)(jax.random.key(0), tokens[:, :-1]))["params"]
+    on = jax.jit(jax.value_and_grad(on_loss))(params)
+    off = jax.jit(jax.value_and_grad(off_loss))(params)
+    np.testing.assert_allclose(off[0], on[0], rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(off[1]), jax.tree.leaves(on[1])):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-7)
+    tangent = jax.tree.map(jnp.ones_like, params)
+    value, derivative = jax.jit(lambda p, t: jax.jvp(off_loss, (p,), (t,)))(params, tangent)
+    np.testing.assert_allclose(value, off[0], rtol=1e-6)
+    expected = sum(float(jnp.sum(g)) for g in jax.tree.leaves(off[1]))
+    np.testing.assert_allclose(derivative, expected, rtol=1e-4)
+    jax.linearize(off_loss, params)
+    with pytest.raises(TypeError, match="custom_vjp"):
+        jax.jvp(on_loss, (params,), (tangent,))
