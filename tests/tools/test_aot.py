@@ -16,18 +16,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EXPECTED_TO_FIT = [n for n in registry.pax_references() if n not in aot.EXPECTED_NOT_TO_FIT]
 
 
-def test_reference_experiments_compile_at_full_size_and_fit(tmp_path):
-    out = tmp_path / "aot.json"
+def _aot(out, *experiments):
+    """`python -m pax.tools.aot EXP... --json OUT` as a user runs it (it makes its own devices)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pax.tools.aot",
-            *EXPECTED_TO_FIT,
-            "--json",
-            str(out),
-        ],
+        [sys.executable, "-m", "pax.tools.aot", *experiments, "--json", str(out)],
         cwd=ROOT,
         env={**env, "PYTHONPATH": ROOT},
         capture_output=True,
@@ -35,7 +28,21 @@ def test_reference_experiments_compile_at_full_size_and_fit(tmp_path):
         timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    rows = {r["experiment"].rsplit(".", 1)[1]: r for r in json.loads(out.read_text())}
+    return {r["experiment"].rsplit(".", 1)[1]: r for r in json.loads(out.read_text())}
+
+
+def test_the_tiny_experiment_compiles_for_its_mesh_and_reports_its_plan(tmp_path):
+    (row,) = _aot(tmp_path / "aot.json", "tasks.lm.params.lm_cloud.LmCloudSpmdTiny").values()
+    assert row["params"] > 0 and row["devices"] >= 1 and row["fits"]
+    assert 0 < row["per_device_bytes"] <= 32 * 2**30
+    assert set(row["mesh"]) == {"replica", "data", "mdl"}
+
+
+# Slow tier: every reference experiment at full size (minutes); the fast tier compiles the tiny
+# experiment the same way above.
+@pytest.mark.slow
+def test_reference_experiments_compile_at_full_size_and_fit(tmp_path):
+    rows = _aot(tmp_path / "aot.json", *EXPECTED_TO_FIT)
     # The names promise 1B and 2B parameters; counted abstractly, within 15%.
     assert rows["C4Spmd1BAdam4Replicas"]["params"] == pytest.approx(1e9, rel=0.15)
     assert rows["LmCloudSpmd2BLimitSteps"]["params"] == pytest.approx(2e9, rel=0.15)

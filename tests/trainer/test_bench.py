@@ -24,22 +24,27 @@ from pax.models import transformer
 from pax.releases import readme
 from pax.train import mfu
 
+TRAINING_FIGURES = (
+    "trainer_mfu",
+    "minimal_mfu",
+    "baseline_mfu",
+    "trainer_tokens_per_s",
+    "baseline_tokens_per_s",
+    "checkpoint_mb_per_s",
+    "plain_write_mb_per_s",
+    "async_stall_over_sync_save",
+    "input_over_trainer_consumption",
+)
 
+
+# Slow tier: the decode benches; the fast tier has every training figure in the --no-decode
+# test below and the decode figures' arithmetic in tests/benchmarks/test_decode_bench.py.
+@pytest.mark.slow
 def test_bench_produces_every_figure(tmp_path, capsys):
     out = tmp_path / "bench.json"
     assert bench.main(["--small", "--steps", "2", "--repeats", "2", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
-    for key in (
-        "trainer_mfu",
-        "minimal_mfu",
-        "baseline_mfu",
-        "trainer_tokens_per_s",
-        "baseline_tokens_per_s",
-        "checkpoint_mb_per_s",
-        "plain_write_mb_per_s",
-        "async_stall_over_sync_save",
-        "input_over_trainer_consumption",
-    ):
+    for key in TRAINING_FIGURES:
         assert r[key] > 0, key
     for key in ("trainer_over_minimal", "minimal_over_baseline", "trainer_over_baseline"):
         assert r[key]["n"] == 2 and 0 < r[key]["min"] <= r[key]["median"] <= r[key]["max"], key
@@ -79,6 +84,8 @@ def test_no_decode_leaves_decoding_out(tmp_path, capsys):
     )
     r = json.loads(out.read_text())
     assert "decode" not in r and r["trainer_over_baseline"]["n"] == 1
+    for key in TRAINING_FIGURES:
+        assert r[key] > 0, key
     assert not any(line.startswith("decode") for line in capsys.readouterr().out.splitlines())
 
 
@@ -255,6 +262,9 @@ def test_record_replaces_the_same_config_and_dtype(tmp_path):
     assert table.render_table([]).startswith("No run recorded yet")
 
 
+# Slow tier: the 1B path at a tiny size, bf16 and fp8; the fast tier has the script's refusal
+# below and fp8's numerics in tests/trainer/test_fp8.py.
+@pytest.mark.slow
 def test_gpu_bench_dry_run_runs_the_whole_script_on_cpu(tmp_path):
     """ci/gpu_bench.sh --dry-run: the shell script, the 1B path's code at a tiny size, on CPU."""
     out = tmp_path / "gpu.json"
