@@ -91,6 +91,9 @@ def test_bad_input_one_line_exit_2(argv, message, capsys):
     assert message in err and err.count("\n") == 1
 
 
+# Slow tier: a whole run through the command; the fast tier checks each fault's effect on the
+# model above, and the command's refusals.
+@pytest.mark.slow
 def test_a_broken_run_end_to_end(tmp_path):
     """A few steps of the real trainer with the norm patched: the run trains, its config is
     the healthy one's, and fault.json says what was broken."""
