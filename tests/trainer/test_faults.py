@@ -89,6 +89,9 @@ def test_sigterm_saves_at_the_current_step_and_the_rerun_resumes(tmp_path):
     assert f"resumed from {tmp_path}/checkpoints/checkpoint_{saved:08d}" in log
 
 
+# Slow tier: six runs of 22 steps; the fast tier has one SIGTERM and resume above, and the
+# bitwise resume of tests/trainer/test_train.py.
+@pytest.mark.slow
 def test_soak_interruptions_change_nothing(tmp_path):
     """Five interruptions (SIGTERM and kill -9 at varied steps); the loss history and the final
     parameters equal an uninterrupted run's bitwise (CPU execution is deterministic)."""
