@@ -191,7 +191,7 @@ def test_endpoints_that_do_not_reproduce_are_judged_twice():
     assert outcome.status == "not reproduced" and "does not fail on BAD" in outcome.detail
 
 
-# Simulated flaky COMMAND: the bar, and the rule's promise -------------------------
+# Simulated flaky COMMAND: the rule's promise under flakiness ------------------------
 
 
 def test_flaky_preset_names_the_culprit_in_19_of_20_seeds(capsys):

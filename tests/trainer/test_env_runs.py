@@ -1,6 +1,6 @@
-"""Every run names its environment, however it was started (issue #20).
+"""Every run names its environment, however it was started.
 
-The runs here are started as README's multi-host example and Slurm's PAX_RUNTIME=venv start
+The runs here are started as docs/parallelism.md's multi-host example and Slurm's PAX_RUNTIME=venv start
 them: `.venv/pax-<release>-cpu/bin/python -m pax.main` from the repo root, with no PAX_*
 variables and no PYTHONPATH. The pinned env is the one these tests run in (./noxw -s test
 built it, wrote its identity file and checked it against its lock).

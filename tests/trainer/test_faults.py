@@ -1,4 +1,4 @@
-"""Runs that survive: preemption, kill -9, damaged checkpoints, NaNs (issue: runs that survive)."""
+"""Runs that survive: preemption, kill -9, damaged checkpoints, NaNs."""
 
 import os
 import re

@@ -1,4 +1,4 @@
-"""Resuming tells damage from mismatch (issue: restarts you can trust on real schedulers).
+"""Resuming tells damage from mismatch, so a restart on a real scheduler can be trusted.
 
 A job directory rerun with another configuration is a usage error and stays as it was; a
 checkpoint written by another model is one too; storage errors that may pass are retried and
@@ -68,7 +68,7 @@ def _main(job_dir, *sets):
 
 
 def test_another_configuration_exits_2_naming_the_field_and_changes_nothing(tmp_path):
-    # The issue's case: checkpoints 2 and 4, then the same job directory with NUM_LAYERS=3.
+    # A changed config on an old job directory: checkpoints 2 and 4, then the same job directory with NUM_LAYERS=3.
     first = _main(tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     before = _snapshot(tmp_path)
