@@ -2,32 +2,19 @@
 
 Copied into the image as /opt/pax/verify_image_env.py; runs at build time (after pip check)
 and after a pull (`docker run --entrypoint python IMAGE /opt/pax/verify_image_env.py`).
-Stdlib only. Prints one `pax-verify: ok ...` line, or `pax-verify: ERROR ...` lines and exits 1.
+Reads the lock and the installed set with pax.lockfile (pax is installed in the venv it checks).
+Prints one `pax-verify: ok ...` line, or `pax-verify: ERROR ...` lines and exits 1.
 """
 
 import hashlib
-import importlib.metadata
 import os
-import re
 import sys
 
-
-def normalize(name):
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def parse_lock(text):
-    pins = {}
-    for line in text.replace("\\\n", " ").splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line or line.startswith("-"):
-            continue
-        req = line.split("--hash=")[0].split(";", 1)[0].strip()
-        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*===?\s*(\S+)", req)
-        if not m:
-            raise SystemExit(f"pax-verify: ERROR cannot read lock line {line!r}")
-        pins[normalize(m.group(1))] = m.group(3)
-    return pins
+try:  # the image's own pax, installed next to the lock: the one reader of locks and names
+    from pax.lockfile import LockfileError, differences, installed, installed_twice, lock_versions
+except ImportError as e:  # pragma: no cover - an image without pax
+    print(f"pax-verify: ERROR pax is not importable ({e})")
+    sys.exit(1)
 
 
 def main():
@@ -42,23 +29,26 @@ def main():
         )
     if sys.prefix == sys.base_prefix:
         errors.append(f"{sys.executable} is not a virtual environment")
-    pins = parse_lock(data.decode())
-    installed = {}
-    for dist in importlib.metadata.distributions():
-        name = normalize(dist.metadata["Name"] or "")
-        if name in installed and installed[name] != dist.version:
-            errors.append(f"{name} installed twice ({installed[name]}, {dist.version})")
-        installed[name] = dist.version
-    pax_version = installed.pop("pax", None)
+    try:
+        pins = lock_versions(data.decode(), lock_file)
+    except LockfileError as e:
+        print(f"pax-verify: ERROR cannot read the lock: {e}")
+        return 1
+    for name, found in sorted(installed_twice().items()):
+        if len(set(found)) > 1:
+            errors.append(f"{name} installed twice ({', '.join(found)})")
+    have = installed()
+    pax_version = have.get("pax")
     if pax_version is None:
         errors.append("pax is not installed")
-    for name in sorted(set(pins) - set(installed)):
-        errors.append(f"{name}=={pins[name]} is in the lock but not installed")
-    for name in sorted(set(installed) - set(pins)):
-        errors.append(f"{name}=={installed[name]} is installed but not in the lock")
-    for name in sorted(set(pins) & set(installed)):
-        if pins[name] != installed[name]:
-            errors.append(f"{name}: lock pins {pins[name]}, installed {installed[name]}")
+    for row in differences(have, pins):
+        name, want, got = row["package"], row["locked"], row["installed"]
+        if row["kind"] == "missing":
+            errors.append(f"{name}=={want} is in the lock but not installed")
+        elif row["kind"] == "extra":
+            errors.append(f"{name}=={got} is installed but not in the lock")
+        else:
+            errors.append(f"{name}: lock pins {want}, installed {got}")
     if errors:
         for e in errors:
             print(f"pax-verify: ERROR {e}")

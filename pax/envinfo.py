@@ -5,7 +5,7 @@ small file, `pax-env.json`, next to `pyvenv.cfg` (so it is found from `sys.prefi
 interpreter was started): the release, the lock platform, the lockfile, its sha256 and the
 locked versions. The distribution side writes it when it builds the env (pax.environments.venv,
 pax.images.build); this module only reads it, so the trainer can too: stdlib only, no jax, no
-distribution code.
+distribution code (locks, names and installed sets are read by pax.lockfile, as everywhere).
 
 PAX_RELEASE, PAX_PLATFORM, PAX_LOCKFILE and PAX_LOCK_SHA256 still override the file's fields.
 
@@ -23,12 +23,13 @@ import argparse
 import dataclasses
 import functools
 import hashlib
-import importlib.metadata
 import json
 import os
 import re
 import sys
 from pathlib import Path
+
+from pax.lockfile import LockfileError, differences, installed, lock_versions, sha256_file
 
 IDENTITY_FILE = "pax-env.json"
 FORMAT = "pax-env/1"
@@ -38,51 +39,11 @@ OVERRIDES = ("PAX_RELEASE", "PAX_PLATFORM", "PAX_LOCKFILE", "PAX_LOCK_SHA256")
 SELF = "pax"
 PLATFORM_ORDER = ("cpu", "tpu", "gpu")
 _PACKAGE_DIR = Path(__file__).resolve().parent
-_NAME_RE = re.compile(r"[-_.]+")
-_PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*([^\s;\\]+)")
 _RELEASE_DIR_RE = re.compile(r"^\d+(\.\d+)*$")
 
 
 class IdentityError(ValueError):
     """A pax-env.json that cannot be read as one."""
-
-
-def canonicalize(name: str) -> str:
-    """PEP 503 name: `Orbax_Checkpoint` -> `orbax-checkpoint`."""
-    return _NAME_RE.sub("-", name).lower()
-
-
-def lock_versions(text: str) -> dict[str, str]:
-    """name -> version of a pip-compile lockfile (hashes, options and comments skipped).
-
-    The strict reader (hashes, errors per line) is pax.releases.lockfile; the trainer may not
-    import it, and needs only the versions. tests/trainer/test_envinfo.py checks both agree on
-    every release lock."""
-    pins = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", "-")):
-            continue
-        match = _PIN_RE.match(line)
-        if match:
-            pins[canonicalize(match.group(1))] = match.group(3)
-    return pins
-
-
-def sha256_file(path: str | Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def installed(path: list[str] | None = None) -> dict[str, str]:
-    """name -> version of what this interpreter imports: the first distribution of each name
-    along sys.path (a later copy of the same name is shadowed, as it is for `import`)."""
-    found: dict[str, str] = {}
-    for dist in importlib.metadata.distributions(path=sys.path if path is None else path):
-        name = dist.metadata["Name"]
-        if name:
-            found.setdefault(canonicalize(name), dist.version)
-    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,15 +130,12 @@ def _catalog(directory: str) -> tuple[Lock, ...]:
             path = release / f"{platform}.txt"
             if path.is_file():
                 data = path.read_bytes()
-                locks.append(
-                    Lock(
-                        release.name,
-                        platform,
-                        str(path),
-                        hashlib.sha256(data).hexdigest(),
-                        lock_versions(data.decode()),
-                    )
-                )
+                try:
+                    pinned = lock_versions(data.decode(), str(path))
+                except LockfileError:
+                    continue  # a lock nobody can install from names no environment
+                sha = hashlib.sha256(data).hexdigest()
+                locks.append(Lock(release.name, platform, str(path), sha, pinned))
     return tuple(locks)
 
 
@@ -185,18 +143,6 @@ def catalog(directory: Path | None = None) -> tuple[Lock, ...]:
     """Every release lock found (see releases_dir); empty when none is."""
     directory = directory or releases_dir()
     return _catalog(str(directory)) if directory else ()
-
-
-def differences(have: dict[str, str], locked: dict[str, str]) -> list[dict]:
-    """What separates an installed set from a lock, one row per package, by name. `locked` is
-    None for an extra package, `installed` None for a missing one. pax itself is left out."""
-    rows = []
-    for name in sorted((set(have) | set(locked)) - {SELF}):
-        want, got = locked.get(name), have.get(name)
-        if want != got:
-            kind = "extra" if want is None else "missing" if got is None else "changed"
-            rows.append({"package": name, "locked": want, "installed": got, "kind": kind})
-    return rows
 
 
 def nearest(have: dict[str, str], locks, prefer_platform: str | None = None):
@@ -254,7 +200,11 @@ def describe(
             locked = None
         else:
             named["lock_sha256"] = hashlib.sha256(data).hexdigest()
-            locked = lock_versions(data.decode())
+            try:
+                locked = lock_versions(data.decode(), lockfile)
+            except LockfileError as e:
+                notes.append(f"PAX_LOCKFILE {e}")
+                locked = None
         wanted = environ.get("PAX_LOCK_SHA256")
         if wanted and named["lock_sha256"] and wanted != named["lock_sha256"]:
             notes.append(f"PAX_LOCK_SHA256 {wanted[:12]} is not the sha256 of {lockfile}")

@@ -1,12 +1,12 @@
-"""pip as this project runs it: an interpreter that has pip, an environment with machine-local
-pip settings removed, and what an interpreter's environment has installed."""
+"""pip and venv as this project runs them: an interpreter that has pip, an environment with
+machine-local pip settings removed, and new venvs (`make_venv`, the one place one is made;
+./noxw, which runs before pax can be imported, mirrors it for the tools venv)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
@@ -67,23 +67,21 @@ def pip_python() -> str:
     def has_pip(python) -> bool:
         return subprocess.run([python, "-c", "import pip"], capture_output=True).returncode == 0
 
-    for found in (shutil.which("python3.11"), shutil.which("python3"), base_python()):
+    same = "python%d.%d" % sys.version_info[:2]  # the locks' Python: this one (see ./noxw)
+    for found in (shutil.which(same), shutil.which("python3"), base_python()):
         if found and has_pip(found):
             return found
     venv = user_cache_dir("pip-venv", "pax-pip-")
     python = str(venv / "bin" / "python")
     if not (Path(python).exists() and has_pip(python)):
-        shutil.rmtree(venv, ignore_errors=True)
-        made = subprocess.run(
-            [base_python(), "-m", "venv", str(venv)], capture_output=True, text=True
-        )
-        if made.returncode != 0:
-            shutil.rmtree(venv, ignore_errors=True)
+        try:
+            make_venv(venv, with_pip=True)
+        except subprocess.CalledProcessError as made:
             raise RuntimeError(
                 "no pip found, and `python3 -m venv` cannot make one ("
                 + (_last_line(made.stderr + made.stdout) or "ensurepip failed")
                 + "): run through ./noxw, or install python3-venv"
-            )
+            ) from None
     return python
 
 
@@ -138,19 +136,20 @@ def base_python() -> str:
     return getattr(sys, "_base_executable", None) or sys.executable
 
 
-_LIST_INSTALLED = (
-    "import importlib.metadata as m, json, re\n"
-    "print(json.dumps({re.sub(r'[-_.]+', '-', d.metadata['Name']).lower(): d.version"
-    " for d in m.distributions()}))"
-)
-
-
-def installed_versions(python: Path) -> dict[str, str]:
-    """What the interpreter's environment holds (site-packages only, isolated from the caller)."""
-    out = subprocess.run(
-        [str(python), "-I", "-c", _LIST_INSTALLED], check=True, capture_output=True, text=True
-    ).stdout
-    return json.loads(out)
+def make_venv(path: Path, with_pip: bool = False) -> Path:
+    """A new venv at path (anything there is removed first) from base_python(); returns its
+    python. Without pip by default: a pip from outside drives it (`pip --python`, uv), so it
+    holds exactly what is installed into it. Nothing is left behind when it fails
+    (subprocess.CalledProcessError, with the output)."""
+    path = Path(path)
+    shutil.rmtree(path, ignore_errors=True)
+    command = [base_python(), "-m", "venv", *([] if with_pip else ["--without-pip"]), str(path)]
+    try:
+        subprocess.run(command, check=True, capture_output=True, text=True)
+    except subprocess.CalledProcessError:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    return path / "bin" / "python"
 
 
 def _last_line(text: str) -> str:

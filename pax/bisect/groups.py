@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from pax import lockfile
 from pax.releases import diff as dist_diff
 
 _JAX_RE = re.compile(r"^(jax|jaxlib|libtpu|libtpu-nightly|jax-(cuda|rocm)\d*(-\w+)*|jax-tpu.*)$")
@@ -72,7 +73,7 @@ def make_groups(
             first_of[key] = name
             label[name] = key
     for members in user_groups:
-        canon = [dist_diff.lockfile.canonicalize(m) for m in members if m.strip()]
+        canon = [lockfile.canonicalize(m) for m in members if m.strip()]
         unknown = [m for m in canon if m not in changed]
         if unknown:
             log(f"--group: {', '.join(unknown)} did not change between the locks; ignored")

@@ -36,8 +36,8 @@ from collections.abc import Callable, Hashable, Sequence
 
 from pax.bisect.rule import BAD, GOOD, SKIP
 from pax.environments import index
+from pax.lockfile import Pin
 from pax.releases import diff as dist_diff
-from pax.releases.lockfile import Pin
 
 ROUNDS = 3  # searches resumed after a first-bad verdict was overturned, before giving up
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from pax.bisect.groups import Group
 from pax.bisect.rule import BAD, GOOD, SKIP, SKIP_EXIT, Rule
 from pax.environments.wheelcache import EnvBuilder
-from pax.releases.lockfile import Pin
+from pax.lockfile import Pin
 
 _SHELL_CANNOT = {126: "execute", 127: "find"}
 

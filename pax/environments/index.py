@@ -19,7 +19,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from pax.releases import lockfile
+from pax import lockfile
 
 PYPI_SIMPLE = "https://pypi.org/simple/"
 
@@ -41,12 +41,8 @@ class _Links(html.parser.HTMLParser):
 
 def wheel_version(filename: str, name: str) -> str | None:
     """The version of `name` that a wheel filename carries, or None for other files."""
-    if not filename.endswith(".whl"):
-        return None
-    parts = filename[:-4].split("-")
-    if len(parts) < 5 or lockfile.canonicalize(parts[0]) != name:
-        return None
-    return parts[1]
+    wheel = lockfile.parse_wheel_filename(filename)
+    return wheel.version if wheel and wheel.name == name else None
 
 
 def _read(url: str, timeout: float) -> str:

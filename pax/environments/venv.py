@@ -21,9 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from pax import envinfo
-from pax.pip import installed_versions, pip_env, pip_python, uv_binary, uv_env
-from pax.releases import lockfile
+from pax import envinfo, lockfile
+from pax.pip import make_venv, pip_env, pip_python, uv_binary, uv_env
 from pax.releases.catalog import REPO_ROOT, Release
 
 # What envs made before the identity file carry: the lock's sha256 alone. Such an env is
@@ -64,7 +63,7 @@ def env_path(release: Release, platform: str, root: Path | None = None) -> Path:
 def diff(installed: dict[str, str], locked: dict[str, str]) -> list[str]:
     """Readable differences, one line each; empty when the env equals the lock."""
     lines = []
-    for row in envinfo.differences(installed, locked):
+    for row in lockfile.differences(installed, locked):
         name, have, want = row["package"], row["installed"], row["locked"]
         if row["kind"] == "missing":
             lines.append(f"  missing     {name}=={want}  (in lock, not installed)")
@@ -118,7 +117,7 @@ def _names_this_lock(env: Env) -> bool:
 def verify(env: Env, log=print) -> None:
     """Raise EnvMismatch unless installed == lock and `pip check` is clean."""
     locked = lockfile.versions(lockfile.parse_lockfile(env.lockfile))
-    problems = diff(installed_versions(env.python), locked)
+    problems = diff(lockfile.installed_in(env.python), locked)
     if problems:
         raise EnvMismatch(
             f"{env.path} does not match {env.lockfile}:\n"
@@ -182,7 +181,7 @@ def _ensure(release: Release, platform: str, root: Path | None, log) -> Env:
         shutil.rmtree(path)
     started = time.monotonic()
     log(f"env {path.name}: creating from {lock.relative_to(release.dir.parent.parent)}")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    make_venv(path)
     if lockfile.parse_lockfile(lock):
         installer = install_lock(env.python, lock)
     else:

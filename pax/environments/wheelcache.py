@@ -28,34 +28,17 @@ import zipfile
 from email.parser import HeaderParser
 from pathlib import Path
 
+from pax import lockfile
 from pax.environments import index
-from pax.pip import (
-    base_python,
-    installed_versions,
-    pip_env,
-    pip_python,
-    pip_runner,
-    uv_binary,
-    uv_env,
-)
-from pax.releases import lockfile
+from pax.lockfile import Pin
+from pax.pip import make_venv, pip_env, pip_python, pip_runner, uv_binary, uv_env
 from pax.releases.diff import compare_versions
-from pax.releases.lockfile import Pin
 
 _REQ_NAME_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
 def requirement_line(pin: Pin) -> str:
     return " ".join([f"{pin.name}=={pin.version}", *(f"--hash={h}" for h in pin.hashes)])
-
-
-def wheel_name_version(filename: str) -> tuple[str, str] | None:
-    if not filename.endswith(".whl"):
-        return None
-    parts = filename[:-4].split("-")
-    if len(parts) < 5:
-        return None
-    return lockfile.canonicalize(parts[0]), parts[1]
 
 
 def _tail(text: str, lines: int = 3) -> str:
@@ -121,8 +104,10 @@ def _sha256s(pin: Pin) -> set[str]:
 
 
 def _same_version(path: Path, pin: Pin) -> bool:
-    found = wheel_name_version(path.name)
-    return bool(found) and found[0] == pin.name and compare_versions(found[1], pin.version) == 0
+    found = lockfile.parse_wheel_filename(path.name)
+    return (
+        bool(found) and found.name == pin.name and compare_versions(found.version, pin.version) == 0
+    )
 
 
 def _find_pin(pins: list[Pin], requirement: str) -> Pin | None:
@@ -172,9 +157,9 @@ class WheelCache:
         """Record cached wheels that match a pin's hashes; return the pins still missing."""
         by_name: dict[str, list[Path]] = {}
         for path in self.dir.glob("*.whl"):
-            found = wheel_name_version(path.name)
+            found = lockfile.parse_wheel_filename(path.name)
             if found:
-                by_name.setdefault(found[0], []).append(path)
+                by_name.setdefault(found.name, []).append(path)
         missing = []
         for pin in pins:
             if pin in self._files:
@@ -458,11 +443,7 @@ class EnvBuilder:
         kind = "warm" if self.current is not None and self.python.exists() else "cold"
         if kind == "cold":
             self.discard()
-            subprocess.run(
-                [base_python(), "-m", "venv", "--without-pip", str(self.path)],
-                check=True,
-                capture_output=True,
-            )
+            make_venv(self.path)
             current: dict[str, Pin] = {}
         else:
             current = self.current
@@ -513,7 +494,7 @@ class EnvBuilder:
                     time.monotonic() - started,
                     error="install failed: " + _pip_errors(out.stderr + out.stdout),
                 )
-        have = installed_versions(self.python)
+        have = lockfile.installed_in(self.python)
         want = {n: p.version for n, p in pins.items()}
         if have != want:
             wrong = sorted(n for n in set(have) | set(want) if have.get(n) != want.get(n))

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
-from pax import envinfo, git, pip
+from pax import envinfo, git, lockfile, pip
 from pax.images.engine import (
     IMAGE_REPO,
     LOCK_IN_IMAGE,
@@ -35,7 +35,7 @@ from pax.images.wheelhouse import (
     sha256_file,
     wheelhouse_dir,
 )
-from pax.releases import catalog, lockfile
+from pax.releases import catalog
 from pax.releases.catalog import REPO_ROOT
 
 DEFAULT_BASE_IMAGE = "pax-base:bookworm"

@@ -23,8 +23,8 @@ import uuid
 import zipfile
 from pathlib import Path
 
+from pax import lockfile
 from pax.images.engine import ImageError, docker, label
-from pax.releases import lockfile
 
 SBOM_IN_IMAGE = "/opt/pax/sbom.cdx.json"
 SBOM_LABEL = "io.pax.sbom.sha256"
@@ -58,7 +58,8 @@ def _licenses(meta, factory, declared):
 
 
 def _wheels_by_name(wheelhouse: Path) -> dict[str, Path]:
-    return {lockfile.canonicalize(w.name.split("-", 1)[0]): w for w in wheelhouse.glob("*.whl")}
+    wheels = ((lockfile.parse_wheel_filename(w.name), w) for w in wheelhouse.glob("*.whl"))
+    return {parsed.name: w for parsed, w in wheels if parsed}
 
 
 def generate(

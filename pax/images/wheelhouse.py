@@ -10,9 +10,9 @@ import tomllib
 from pathlib import Path
 from typing import Optional
 
-from pax import pip
+from pax import lockfile, pip
 from pax.images.engine import ImageError
-from pax.releases import catalog, lockfile
+from pax.releases import catalog
 
 # Linux x86_64, glibc 2.36 (bookworm, the base of both pax-base and python:3.11-slim-bookworm).
 # pip does not expand a manylinux_2_N --platform to older tags, so every compatible tag is listed.
@@ -63,7 +63,6 @@ def lock_path(release: str, platform: str) -> Path:
 
 
 sha256_file = lockfile.sha256_file
-normalize = lockfile.canonicalize
 
 
 def parse_lock(path: Path) -> dict[str, tuple[str, set[str]]]:
@@ -86,17 +85,14 @@ def wheelhouse_dir(release: str, platform: str) -> Path:
     return base / f"{release}-{platform}"
 
 
-def _wheel_name(filename: str) -> str:
-    return normalize(filename.split("-", 1)[0])
-
-
 def check_wheelhouse(lock: Path, wheelhouse: Path) -> None:
     """Every lock entry has exactly one wheel here whose sha256 the lock lists, and nothing else."""
     entries = parse_lock(lock)
     wheels = sorted(wheelhouse.glob("*.whl")) if wheelhouse.is_dir() else []
     by_name: dict[str, list[Path]] = {}
     for w in wheels:
-        by_name.setdefault(_wheel_name(w.name), []).append(w)
+        parsed = lockfile.parse_wheel_filename(w.name)
+        by_name.setdefault(parsed.name if parsed else w.name, []).append(w)
     missing = sorted(set(entries) - set(by_name))
     if missing:
         raise ImageError(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from pax.releases.lockfile import sha256_file
+from pax.lockfile import sha256_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCK_PLATFORMS = ("cpu", "tpu", "gpu")  # one lockfile each per release

@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from pax import lockfile
 from pax.pip import pip_env
-from pax.releases import lockfile
 from pax.releases.catalog import LOCK_PLATFORMS, NIGHTLY, REPO_ROOT, Release, load, releases_dir
 
 PIP_COMPILE_FLAGS = (

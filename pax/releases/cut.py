@@ -29,9 +29,9 @@ import sys
 import threading
 from pathlib import Path
 
-from pax import git
+from pax import git, lockfile
 from pax.releases import compile as dist_lock
-from pax.releases import lockfile, readme
+from pax.releases import readme
 from pax.releases.catalog import HEADLINE, LOCK_PLATFORMS, REPO_ROOT, Release, list_releases, load
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")

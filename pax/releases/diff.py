@@ -23,10 +23,9 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from pax import git
+from pax import git, lockfile
+from pax.lockfile import Pin
 from pax.releases import catalog as dist_release
-from pax.releases import lockfile
-from pax.releases.lockfile import Pin
 
 KINDS = ("upgraded", "downgraded", "added", "removed", "rebuilt")
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from pax.lockfile import parse_lockfile, versions
 from pax.releases.catalog import IMAGE_PLATFORMS, LOCK_PLATFORMS, REPO_ROOT, Release, list_releases
-from pax.releases.lockfile import parse_lockfile, versions
 
 START = "<!-- releases-table:start -->"
 END = "<!-- releases-table:end -->"

@@ -14,8 +14,8 @@ from pax.bisect import cli as bisect
 from pax.bisect import groups as grouping
 from pax.bisect import search
 from pax.bisect.rule import FLAKY
+from pax.lockfile import Pin
 from pax.releases import diff
-from pax.releases.lockfile import Pin
 from tests.bisect.wheels import build_index, sha256, write_lock
 
 
@@ -404,7 +404,7 @@ def test_order_puts_dependencies_first_and_removals_after_their_users():
 
 def test_index_lists_wheels_of_a_folder_and_a_simple_index(tmp_path, index):
     from pax.environments import index as dist_index
-    from pax.releases.lockfile import sha256_file
+    from pax.lockfile import sha256_file
 
     in_folder = dist_index.published("VPKG", find_links=[str(index)], no_index=True)
     assert sorted(in_folder) == [
@@ -457,7 +457,7 @@ def test_image_lock_and_installed_pax(tmp_path, index, monkeypatch, capsys):
             "-I",
             "-c",
             "import sys; sys.path.insert(0, sys.argv[1]);"
-            " import pax.releases.lockfile as m; print(m.__file__)",
+            " import pax.lockfile as m; print(m.__file__)",
             str(root),
         ],
         capture_output=True,

@@ -135,7 +135,7 @@ def test_image_lock_as_good(image, tmp_path):
         lock.read_text() + f"breaker==1.0 \\\n    --hash=sha256:{sha256(breaker)}\n"
     )
     check = (
-        "import importlib.util, jax.numpy as jnp, pax.releases.lockfile; "
+        "import importlib.util, jax.numpy as jnp, pax.lockfile; "
         'print("sum", float(jnp.arange(4).sum())); '
         'raise SystemExit(importlib.util.find_spec("breaker") is not None)'
     )

@@ -10,8 +10,8 @@ from benchmarks import table as bench_table
 from pax.docs import blocks
 from pax.images import xla_flags
 from pax.launch import render
+from pax.lockfile import parse_lockfile, versions
 from pax.releases import catalog, readme
-from pax.releases.lockfile import parse_lockfile, versions
 
 ROOT = catalog.REPO_ROOT
 

@@ -1,14 +1,13 @@
 """pax.environments.venv: comparing an environment with its lock."""
 
 import os
-import shutil
 import subprocess
-import sys
 
 import pytest
 
-from pax import envinfo
+from pax import envinfo, lockfile
 from pax.environments import venv
+from pax.pip import make_venv
 from pax.releases.catalog import Release
 from tests.bisect.wheels import build_wheel, sha256, write_lock
 
@@ -48,10 +47,7 @@ def test_pip_env_ignores_machine_pip_settings():
 
 
 def test_installed_versions_of_a_bare_venv(tmp_path):
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "env")], check=True
-    )
-    installed = venv.installed_versions(tmp_path / "env" / "bin" / "python")
+    installed = lockfile.installed_in(make_venv(tmp_path / "env"))
     assert installed == {}
     assert venv.diff(installed, {"numpy": "2.4.0"}) == [
         "  missing     numpy==2.4.0  (in lock, not installed)"
@@ -119,16 +115,14 @@ def test_install_lock_installs_exactly_a_hashed_lock_and_refuses_a_wrong_hash(
     if installer == "pip":
         monkeypatch.setattr(venv, "uv_binary", lambda: None)
     target = tmp_path / "env"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)], check=True)
-    python = target / "bin" / "python"
+    python = make_venv(target)
     lock = write_lock(tmp_path / "good.txt", {"w00": "1.0"}, root / "w00")
     assert venv.install_lock(python, lock) == installer
-    assert venv.installed_versions(python) == {"w00": "1.0"}
+    assert lockfile.installed_in(python) == {"w00": "1.0"}
 
-    shutil.rmtree(target)
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)], check=True)
+    make_venv(target)
     tampered = tmp_path / "tampered.txt"
     tampered.write_text(lock.read_text().replace(sha256(wheel), "0" * 64))
     with pytest.raises(subprocess.CalledProcessError):
         venv.install_lock(python, tampered)
-    assert venv.installed_versions(python) == {}  # nothing half-installed
+    assert lockfile.installed_in(python) == {}  # nothing half-installed

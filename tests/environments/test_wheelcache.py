@@ -8,7 +8,7 @@ import pytest
 
 from pax.environments import wheelcache
 from pax.environments.wheelcache import EnvBuilder, WheelCache
-from pax.releases.lockfile import Pin
+from pax.lockfile import Pin
 from tests.bisect.wheels import build_wheel, sha256
 
 

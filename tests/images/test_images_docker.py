@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pax import envinfo, git
+from pax import envinfo, git, lockfile
 from pax.images import build, publish, sbom, smoke, wheelhouse
 from pax.images import engine as image_engine
 from tests.images import cyclonedx_schema
@@ -179,7 +179,7 @@ def test_image_names_its_environment_and_carries_a_valid_sbom(engine, tmp_path):
     assert envinfo.sha256_file(path) == labels[sbom.SBOM_LABEL]
     assert cyclonedx_schema.errors(path) == []
     checked = sbom.check(path.read_text(), lock, RELEASE, PLATFORM)
-    assert checked["components"] == len(envinfo.lock_versions(lock.read_text())) + 1
+    assert checked["components"] == len(lockfile.lock_versions(lock.read_text())) + 1
 
     no_vars = [f"--env={var}=" for var in envinfo.OVERRIDES]  # empty counts as unset
     code, desc = _pax_env(tag, *no_vars)
@@ -189,7 +189,7 @@ def test_image_names_its_environment_and_carries_a_valid_sbom(engine, tmp_path):
     assert desc["identity"] == "/opt/venv/pax-env.json" and desc["pax"]
 
     # An upgrade in place, as `pip install -U` would leave absl-py's metadata (as root).
-    old = envinfo.lock_versions(lock.read_text())["absl-py"]
+    old = lockfile.lock_versions(lock.read_text())["absl-py"]
     bump = (
         f"sed -i 's/^Version: {old}$/Version: {old}.post1/' "
         f"/opt/venv/lib/python3.11/site-packages/absl_py-{old}.dist-info/METADATA && "

@@ -15,8 +15,9 @@ import tomllib
 
 import pytest
 
+from pax import lockfile
 from pax.releases import catalog as release
-from pax.releases import cut, lockfile, readme
+from pax.releases import cut, readme
 
 ROOT = release.REPO_ROOT
 NEWEST = {

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from pax.lockfile import Pin
 from pax.releases import diff
-from pax.releases.lockfile import Pin
 
 LOCK_A = """\
 jax==0.9.0 \\

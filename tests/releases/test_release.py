@@ -4,8 +4,8 @@ import subprocess
 
 import pytest
 
+from pax import lockfile
 from pax.releases import catalog as release
-from pax.releases import lockfile
 
 RELEASES = release.list_releases()
 LOCKS = [(r, p) for r in RELEASES for p in release.LOCK_PLATFORMS]

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from pax import envinfo
+from pax import envinfo, lockfile
+from pax.pip import make_venv
 
 ROOT = Path(__file__).resolve().parents[2]
 BUMPED = "absl-py"  # pure Python, and the trainer imports it (absl flags and logging)
@@ -102,14 +103,14 @@ def pinned():
 def bumped(pinned, tmp_path_factory):
     """(python, version) of a venv that is the pinned env with BUMPED one patch version up."""
     root = tmp_path_factory.mktemp("bumped") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    make_venv(root)
     pinned_site = Path(sysconfig.get_paths()["purelib"])
     site = Path(sysconfig.get_paths(vars={"base": str(root), "platbase": str(root)})["purelib"])
     old = pinned.locked[BUMPED]
     new = ".".join([*old.split(".")[:-1], str(int(old.split(".")[-1]) + 1)])
     for entry in pinned_site.iterdir():
         name = entry.name.removesuffix(".dist-info").rsplit("-", 1)[0]
-        if entry.name.endswith(".dist-info") and envinfo.canonicalize(name) == BUMPED:
+        if entry.name.endswith(".dist-info") and lockfile.canonicalize(name) == BUMPED:
             moved = site / entry.name.replace(f"-{old}.dist-info", f"-{new}.dist-info")
             shutil.copytree(entry, moved)
             meta = moved / "METADATA"

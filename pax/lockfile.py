@@ -1,0 +1,170 @@
+"""Packages as locks, wheels and environments name them: the one home of
+
+- PEP 503 names (`canonicalize`),
+- pip-compile lockfiles with hashes (`parse_lockfile`: canonical name -> version + hashes),
+- wheel filenames (`parse_wheel_filename`),
+- what an environment has installed, and how that differs from a lock (`installed`,
+  `installed_in`, `differences`).
+
+Standard library only, so the trainer (pax.envinfo), the distribution packages in the tools
+venv and an image's runtime venv all read packages the same way; `python -I lockfile.py` lists
+what any interpreter's environment holds without importing pax there. The tests compare this
+module with packaging (canonicalize_name, parse_wheel_filename) on messy inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+_NAME_RE = re.compile(r"[-_.]+")
+_PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*===?\s*([^\s;\\]+)")
+_HASH_RE = re.compile(r"--hash=(\w+:[0-9a-fA-F]+)")
+_WHEEL_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?$")
+_BUILD_TAG_RE = re.compile(r"^\d[^-]*$")
+
+
+class LockfileError(ValueError):
+    """A lockfile line that is not `name==version` with hashes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Pin:
+    name: str  # canonical (PEP 503) name
+    version: str
+    hashes: tuple[str, ...] = ()
+
+
+def canonicalize(name: str) -> str:
+    """PEP 503 normalised name: `Orbax_Checkpoint` -> `orbax-checkpoint`."""
+    return _NAME_RE.sub("-", name).lower()
+
+
+def sha256_file(path: str | Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _logical_lines(text: str):
+    """Yield (line number, requirement line) with `\\` continuations joined, comments dropped."""
+    buf, start = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split(" #", 1)[0] if not raw.lstrip().startswith("#") else ""
+        line = line.strip()
+        if not buf:
+            start = number
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        buf += line
+        if buf.strip():
+            yield start, buf.strip()
+        buf = ""
+    if buf.strip():
+        yield start, buf.strip()
+
+
+def parse_lockfile_text(text: str, source: str = "<lockfile>") -> dict[str, Pin]:
+    pins: dict[str, Pin] = {}
+    for number, line in _logical_lines(text):
+        if line.startswith("-"):  # global options (--index-url, -c ...): not packages
+            continue
+        match = _PIN_RE.match(line)
+        if not match:
+            raise LockfileError(f"{source}:{number}: expected `name==version`, got {line!r}")
+        name = canonicalize(match.group(1))
+        if name in pins:
+            raise LockfileError(f"{source}:{number}: {name} pinned twice")
+        pins[name] = Pin(name, match.group(3), tuple(_HASH_RE.findall(line)))
+    return pins
+
+
+def parse_lockfile(path: str | Path) -> dict[str, Pin]:
+    path = Path(path)
+    return parse_lockfile_text(path.read_text(), str(path))
+
+
+def versions(pins: dict[str, Pin]) -> dict[str, str]:
+    return {name: pin.version for name, pin in pins.items()}
+
+
+def lock_versions(text: str, source: str = "<lockfile>") -> dict[str, str]:
+    """name -> version of a lockfile's text."""
+    return versions(parse_lockfile_text(text, source))
+
+
+class Wheel(NamedTuple):
+    name: str  # canonical (PEP 503)
+    version: str  # as the filename spells it
+    build: str  # build tag, "" when there is none
+    tags: str  # python-abi-platform, compressed tag sets as written (`py2.py3-none-any`)
+
+
+def parse_wheel_filename(filename: str) -> Wheel | None:
+    """`Name-1.0(-build)?-py3-none-any.whl` -> Wheel; None for any other file name (sdists,
+    names with a dash that wheels escape, a build tag that does not start with a digit)."""
+    if not filename.endswith(".whl"):
+        return None
+    parts = filename[: -len(".whl")].split("-")
+    if len(parts) not in (5, 6) or not all(parts):
+        return None
+    if not _WHEEL_NAME_RE.match(parts[0]):
+        return None
+    build = parts[2] if len(parts) == 6 else ""
+    if build and not _BUILD_TAG_RE.match(build):
+        return None
+    return Wheel(canonicalize(parts[0]), parts[1], build, "-".join(parts[-3:]))
+
+
+def installed(path: list[str] | None = None) -> dict[str, str]:
+    """name -> version of what this interpreter imports: the first distribution of each name
+    along sys.path (a later copy of the same name is shadowed, as it is for `import`)."""
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions(path=sys.path if path is None else path):
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(canonicalize(name), dist.version)
+    return found
+
+
+def installed_twice(path: list[str] | None = None) -> dict[str, list[str]]:
+    """Names installed more than once along the path, with every version found (first wins)."""
+    seen: dict[str, list[str]] = {}
+    for dist in importlib.metadata.distributions(path=sys.path if path is None else path):
+        name = dist.metadata["Name"]
+        if name:
+            seen.setdefault(canonicalize(name), []).append(dist.version)
+    return {name: found for name, found in seen.items() if len(found) > 1}
+
+
+def installed_in(python: str | Path) -> dict[str, str]:
+    """`installed()` of another interpreter's environment (its site-packages only: isolated
+    mode, and this file run as a script, so nothing of pax or the caller is on its path)."""
+    out = subprocess.run(
+        [str(python), "-I", __file__, "installed"], check=True, capture_output=True, text=True
+    ).stdout
+    return json.loads(out)
+
+
+def differences(have: dict[str, str], locked: dict[str, str], ignore=("pax",)) -> list[dict]:
+    """What separates an installed set from a lock, one row per package, by name: `kind` is
+    extra (`locked` None), missing (`installed` None) or changed. Empty when they are equal.
+    pax itself is never in a lock, so it is left out by default."""
+    rows = []
+    for name in sorted((set(have) | set(locked)) - set(ignore)):
+        want, got = locked.get(name), have.get(name)
+        if want != got:
+            kind = "extra" if want is None else "missing" if got is None else "changed"
+            rows.append({"package": name, "locked": want, "installed": got, "kind": kind})
+    return rows
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["installed"]:
+    print(json.dumps(installed()))
