@@ -38,7 +38,7 @@ from pax.images.wheelhouse import (
 from pax.releases import catalog
 from pax.releases.catalog import REPO_ROOT
 
-DEFAULT_BASE_IMAGE = "pax-base:bookworm"
+DEFAULT_BASE_IMAGE = catalog.LOCAL_BASE_IMAGE
 
 
 def build_pax_wheel(dest: Path) -> Path:

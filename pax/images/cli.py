@@ -33,6 +33,7 @@ from pax.images.engine import ImageError
 from pax.images.publish import publish
 from pax.images.smoke import SMOKE_STEPS, smoke
 from pax.images.wheelhouse import prepare_wheelhouse
+from pax.releases import catalog
 
 
 def parser() -> argparse.ArgumentParser:
@@ -47,7 +48,7 @@ def parser() -> argparse.ArgumentParser:
                 "--base-image",
                 default=os.environ.get("PAX_BASE_IMAGE", DEFAULT_BASE_IMAGE),
                 help=f"default {DEFAULT_BASE_IMAGE} (ci/base-image.sh); or e.g. "
-                f"python:3.11-slim-bookworm",
+                f"{catalog.BASE_IMAGE}",
             )
             s.add_argument("--tag", help="default pax:RELEASE-PLATFORM")
             s.add_argument("--wheelhouse", type=Path, help="default wheelhouse/RELEASE-PLATFORM")

@@ -1,4 +1,4 @@
-"""The wheelhouse: exactly a release lock's wheels, for the image's Linux x86_64 CPython 3.11,
+"""The wheelhouse: exactly a release lock's wheels, for the image's Linux x86_64 CPython,
 downloaded hash-checked into wheelhouse/<release>-<platform>/ and checked before every build."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pax import lockfile, pip
 from pax.images.engine import ImageError
 from pax.releases import catalog
 
-# Linux x86_64, glibc 2.36 (bookworm, the base of both pax-base and python:3.11-slim-bookworm).
+# Linux x86_64, glibc 2.36 (bookworm, the base of both catalog.LOCAL_BASE_IMAGE and BASE_IMAGE).
 # pip does not expand a manylinux_2_N --platform to older tags, so every compatible tag is listed.
 GLIBC_MINOR = 36
 WHEEL_PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(GLIBC_MINOR, 16, -1)] + [
@@ -22,7 +22,7 @@ WHEEL_PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(GLIBC_MINOR, 16, -1)
     "manylinux2010_x86_64",
     "manylinux1_x86_64",
 ]
-PYTHON_VERSION = "3.11"
+PYTHON_VERSION = catalog.PYTHON
 HASH_MISMATCH_MARKERS = ("DO NOT MATCH THE HASHES", "THESE PACKAGES DO NOT MATCH")
 
 
@@ -145,7 +145,7 @@ def prepare_wheelhouse(
         "--implementation",
         "cp",
         "--abi",
-        "cp311",
+        "cp" + PYTHON_VERSION.replace(".", ""),
         "--abi",
         "abi3",
         "--abi",

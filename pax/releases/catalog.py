@@ -12,6 +12,13 @@ from packaging.version import Version
 from pax.lockfile import sha256_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# The one declaration of the Python the releases are locked for and the images run. What cannot
+# import it (./noxw, the Dockerfiles, pyproject.toml) is checked against it by tests/test_declared_once.py.
+PYTHON = "3.11"
+# The base image a release records as the Dockerfiles' `ARG BASE_IMAGE` default (a public slim
+# Python), and the one ci/base-image.sh builds offline, which `nox -s build` uses by default.
+BASE_IMAGE = f"python:{PYTHON}-slim-bookworm"
+LOCAL_BASE_IMAGE = "pax-base:bookworm"
 LOCK_PLATFORMS = ("cpu", "tpu", "gpu")  # one lockfile each per release
 IMAGE_PLATFORMS = ("tpu", "gpu")  # one container image each per release (cpu: the venvs)
 NIGHTLY = "nightly"  # today's newest, compiled into git-ignored releases/nightly/
@@ -44,7 +51,7 @@ class Release:
 
     @property
     def python(self) -> str:
-        return str(self.meta.get("python", "3.11"))
+        return str(self.meta.get("python", PYTHON))
 
     @property
     def resolved_before(self) -> str | None:

@@ -11,7 +11,15 @@ from pathlib import Path
 
 from pax import lockfile
 from pax.pip import pip_env
-from pax.releases.catalog import LOCK_PLATFORMS, NIGHTLY, REPO_ROOT, Release, load, releases_dir
+from pax.releases.catalog import (
+    LOCK_PLATFORMS,
+    NIGHTLY,
+    PYTHON,
+    REPO_ROOT,
+    Release,
+    load,
+    releases_dir,
+)
 
 PIP_COMPILE_FLAGS = (
     "--generate-hashes",
@@ -100,7 +108,7 @@ def make_nightly(root: Path) -> Release:
     directory.mkdir(parents=True, exist_ok=True)
     today = _dt.date.today().isoformat()
     (directory / "release.toml").write_text(
-        f'version = "{NIGHTLY}"\ndate = {today}\npython = "3.11"\n'
+        f'version = "{NIGHTLY}"\ndate = {today}\npython = "{PYTHON}"\n'
         f'notes = "Newest of everything on {today}; not a release (git-ignored)."\n'
     )
     return load(directory)

@@ -32,10 +32,19 @@ from pathlib import Path
 from pax import git, lockfile
 from pax.releases import compile as dist_lock
 from pax.releases import readme
-from pax.releases.catalog import HEADLINE, LOCK_PLATFORMS, REPO_ROOT, Release, list_releases, load
+from pax.releases.catalog import (
+    BASE_IMAGE,
+    HEADLINE,
+    LOCAL_BASE_IMAGE,
+    LOCK_PLATFORMS,
+    PYTHON,
+    REPO_ROOT,
+    Release,
+    list_releases,
+    load,
+)
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
-DEFAULT_BASE_IMAGE = "python:{python}-slim-bookworm"
 
 
 class CutError(RuntimeError):
@@ -107,7 +116,8 @@ def render_release_toml(
         f"date = {date.isoformat()}",
         f"branch = {_toml_str('r' + version)}",
         f"python = {_toml_str(python)}",
-        "# Dockerfile.{tpu,gpu} ARG BASE_IMAGE default; offline machines build pax-base:bookworm instead.",
+        "# Dockerfile.{tpu,gpu} ARG BASE_IMAGE default; offline machines build "
+        f"{LOCAL_BASE_IMAGE} instead.",
         f"base_image = {_toml_str(base_image)}",
         f"# Locks see only what the index held at this instant, so `./noxw -s lock -- {version}` "
         "reproduces them.",
@@ -152,12 +162,10 @@ def cut(
     preflight(version, root)
     now = now or _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
     today = now.astimezone().date()
-    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    python = PYTHON
     previous = list_releases(root)
     if base_image is None:
-        base_image = (
-            previous[-1].meta.get("base_image") if previous else None
-        ) or DEFAULT_BASE_IMAGE.format(python=python)
+        base_image = (previous[-1].meta.get("base_image") if previous else None) or BASE_IMAGE
 
     directory = root / "releases" / version
     tables = {p: p.read_text() for p in readme.marked_files(root)}
