@@ -54,6 +54,10 @@ def _rows(job_dir):
         return [json.loads(line) for line in f]
 
 
+# Slow tier, as every two-process training here: the fast tier joins two processes on loopback
+# in test_cluster_detection, checks the meshes' losses in one process (test_train) and refuses
+# a bad host index below.
+@pytest.mark.slow
 def test_two_processes_match_one(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     single = subprocess.run(
@@ -121,6 +125,7 @@ STEP_LINE = re.compile(r"step (\d+)/\d+ ")
 PREEMPTED = re.compile(r"preempted: .* at step (\d+): checkpoint saved")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "signal_at",
     [{1: 3}, {1: 3, 0: 4}],
