@@ -91,6 +91,18 @@ def generated() -> list[tuple[str, str, str]]:
     return blocks
 
 
+def main(root: Path, check: bool = False, extra=(), log=print) -> None:
+    """`./noxw -s readme -- [--check]`: rewrite (check: compare) every generated block and log
+    each file; readme.ReadmeError when one cannot be rendered, or (check) one is out of date."""
+    changed = refresh(root, check=check, extra=extra)
+    for path in changed:
+        log(f"readme: {path.relative_to(root)} {'is out of date' if check else 'rewritten'}")
+    if check and changed:
+        raise readme.ReadmeError("readme: generated blocks out of date; run ./noxw -s readme")
+    if not changed:
+        log("readme: every generated block is up to date")
+
+
 def refresh(root: Path | None = None, check: bool = False, extra=()) -> list[Path]:
     """Rewrite every generated block, and the `extra` ones (text, start, end), in README.md,
     releases/README.md, CHANGELOG.md, Dockerfile.gpu and docs/*.md; the files that changed

@@ -60,6 +60,13 @@ def env_path(release: Release, platform: str, root: Path | None = None) -> Path:
     return (root or REPO_ROOT) / ".venv" / f"pax-{release.version}-{platform}"
 
 
+def existing_python(release: Release, platform: str, root: Path | None = None) -> Path | None:
+    """The env's python when the env is there, as it is (`nox -s env` describes a drifted env,
+    where building would stop at the mismatch); None when there is none to describe."""
+    path = env_path(release, platform, root)
+    return path / "bin" / "python" if path.exists() else None
+
+
 def diff(installed: dict[str, str], locked: dict[str, str]) -> list[str]:
     """Readable differences, one line each; empty when the env equals the lock."""
     lines = []

@@ -81,6 +81,14 @@ def run(argv: list[str], log=sys.stderr) -> object:
     return publish(a.release, a.platform, a.registry, image=a.image, log=log)
 
 
+def run_command(command: str, args, usage: str, log=sys.stderr) -> object:
+    """`./noxw -s COMMAND -- RELEASE PLATFORM ...`: without both, a one-line usage error (the
+    session's) rather than argparse's; else `run`."""
+    if len([a for a in args if not a.startswith("-")]) < 2:
+        raise ImageError(f"{command}: usage: ./noxw -s {command} -- {usage}", usage=True)
+    return run([command, *args], log=log)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     try:
         result = run(sys.argv[1:] if argv is None else argv)

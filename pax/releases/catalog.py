@@ -135,3 +135,15 @@ def looks_like_release(arg: str) -> bool:
     """Whether a session's first positional argument names a release (vs a flag/pytest arg)."""
     bare = arg[1:] if arg[:1] in ("v", "r") else arg
     return arg == NIGHTLY or bool(_VERSION_RE.match(bare))
+
+
+def pop_release(args: list[str], root: Path | None = None) -> Release:
+    """Pop an optional leading release name off a session's args; default: the newest cut
+    release. UnknownRelease for a name that is none."""
+    name = args.pop(0) if args and looks_like_release(args[0]) else None
+    return resolve(name, root)
+
+
+def pop_platform(args: list[str], default: str = "cpu") -> str:
+    """Pop an optional leading lock platform off a session's args."""
+    return args.pop(0) if args and args[0] in LOCK_PLATFORMS else default

@@ -18,6 +18,7 @@ from pax.releases.catalog import (
     REPO_ROOT,
     Release,
     load,
+    pop_release,
     releases_dir,
 )
 
@@ -149,6 +150,32 @@ def lock(
                 f"{platforms[0]} lock has {name}=={headline.get(name)}, pin says {want}"
             )
     return shas
+
+
+class LockUsage(ValueError):
+    """`lock` arguments that name nothing to lock."""
+
+
+def main(args: list[str], root: Path | None = None, log=print) -> None:
+    """`./noxw -s lock -- RELEASE|nightly|tools [PLATFORM...]`: LockUsage for bad arguments,
+    UnknownRelease, RuntimeError for a failed compile or a pin the lock does not honour."""
+    root = root or REPO_ROOT
+    if not args:
+        raise LockUsage(
+            "lock: name a release, e.g. `./noxw -s lock -- 1.4.0 [cpu tpu gpu]`, "
+            "`-- nightly` or `-- tools`"
+        )
+    name, platforms = args[0], list(args[1:])
+    if name == "tools":
+        lock_tools(root, log=log)
+        return
+    bad = [p for p in platforms if p not in LOCK_PLATFORMS]
+    if bad:
+        raise LockUsage(
+            f"lock: unknown platform(s) {' '.join(bad)}; platforms: {', '.join(LOCK_PLATFORMS)}"
+        )
+    release = make_nightly(root) if name == NIGHTLY else pop_release([name])
+    lock(release, platforms or None, root, log=log)
 
 
 def lock_tools(root: Path | None = None, log=print) -> str:

@@ -259,11 +259,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def cut_from_args(argv: list[str] | None = None, root: Path | None = None, **kwargs) -> Release:
+    """cut() as `X.Y.Z [--skip-tests] [--base-image IMAGE]` asks (argparse exits 2 on bad ones)."""
+    args = parse_args(argv)
+    return cut(args.version, root, skip_tests=args.skip_tests, base_image=args.base_image, **kwargs)
+
+
 def main(argv: list[str] | None = None, root: Path | None = None, **kwargs) -> int:
     """`python -m pax.releases.cut X.Y.Z [--skip-tests] [--base-image IMAGE]`: 0 when cut."""
-    args = parse_args(argv)
     try:
-        cut(args.version, root, skip_tests=args.skip_tests, base_image=args.base_image, **kwargs)
+        cut_from_args(argv, root, **kwargs)
     except CutError as err:
         print(err, file=sys.stderr)
         return err.code

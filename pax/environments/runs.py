@@ -1,0 +1,36 @@
+"""Running pax in a release's pinned env, as nox's train and decode sessions do: pax.main's
+flags with the tiny run's defaults, and what the run left in its job directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TINY = {
+    "--exp": "tasks.lm.params.lm_cloud.LmCloudSpmdTiny",
+    "--job_log_dir": "runs/tiny",
+}
+
+
+def with_defaults(args: list[str], defaults: dict[str, str]) -> list[str]:
+    """`args` (`--flag=value` or `--flag value`) after each default the caller did not give."""
+    given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    return [f"{k}={v}" for k, v in defaults.items() if k not in given] + list(args)
+
+
+def flag_value(args: list[str], name: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def job_report(flags: list[str], root: Path) -> list[str]:
+    """What a run left: its job directory (relative ones from root) and its metrics.jsonl files,
+    or the one that was not written; one line each."""
+    job_dir = Path(flag_value(flags, "--job_log_dir"))
+    job_dir = job_dir if job_dir.is_absolute() else root / job_dir
+    metrics = sorted(job_dir.rglob("metrics.jsonl")) if job_dir.is_dir() else []
+    found = metrics or [job_dir / "metrics.jsonl (not written)"]
+    return [f"job dir: {job_dir}", *(f"metrics: {path}" for path in found)]

@@ -1,0 +1,64 @@
+"""What nox's sessions take apart before running pax in a release env (pax.environments.runs,
+pax.releases.catalog.pop_*, pax.releases.compile.main, pax.images.cli.run_command)."""
+
+import pytest
+
+from pax.environments import runs
+from pax.images import cli as images_cli
+from pax.releases import catalog
+from pax.releases import compile as locks
+
+
+def test_defaults_fill_only_what_the_caller_did_not_give():
+    assert runs.with_defaults(["--exp", "X", "--steps=3"], runs.TINY) == [
+        "--job_log_dir=runs/tiny",
+        "--exp",
+        "X",
+        "--steps=3",
+    ]
+    assert runs.with_defaults([], {"--a": "1"}) == ["--a=1"]
+
+
+def test_flag_value_reads_both_spellings():
+    assert runs.flag_value(["--job_log_dir=/a"], "--job_log_dir") == "/a"
+    assert runs.flag_value(["--job_log_dir", "/b"], "--job_log_dir") == "/b"
+    assert runs.flag_value(["--job_log_dir"], "--job_log_dir") is None
+
+
+def test_job_report_names_metrics_or_their_absence(tmp_path):
+    flags = ["--job_log_dir=job"]
+    assert runs.job_report(flags, tmp_path) == [
+        f"job dir: {tmp_path / 'job'}",
+        f"metrics: {tmp_path / 'job' / 'metrics.jsonl (not written)'}",
+    ]
+    (tmp_path / "job" / "train").mkdir(parents=True)
+    (tmp_path / "job" / "train" / "metrics.jsonl").write_text("{}\n")
+    assert runs.job_report(flags, tmp_path)[1:] == [
+        f"metrics: {tmp_path / 'job' / 'train' / 'metrics.jsonl'}"
+    ]
+
+
+def test_pop_release_and_platform():
+    args = ["1.6.0", "tpu", "--x"]
+    assert catalog.pop_release(args).version == "1.6.0"
+    assert catalog.pop_platform(args) == "tpu" and args == ["--x"]
+    args = ["--x"]
+    assert catalog.pop_release(args) == catalog.newest() and args == ["--x"]
+    assert catalog.pop_platform(args) == "cpu"
+    with pytest.raises(catalog.UnknownRelease, match="9.9.9"):
+        catalog.pop_release(["9.9.9"])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [([], "lock: name a release"), (["1.6.0", "cpu", "arm"], "unknown platform.s. arm")],
+)
+def test_lock_usage(args, message):
+    with pytest.raises(locks.LockUsage, match=message):
+        locks.main(args)
+
+
+def test_image_commands_need_release_and_platform():
+    with pytest.raises(images_cli.ImageError, match=r"build: usage: ./noxw -s build -- R P") as e:
+        images_cli.run_command("build", ["1.6.0", "--tag=x"], "R P")
+    assert e.value.usage
