@@ -5,7 +5,7 @@ Dockerfile.tpu / Dockerfile.gpu; this module prepares what they consume and chec
 they produce:
 
   wheelhouse  pip download exactly the release's lockfile (hash-checked, binary only,
-              for Linux x86_64 CPython 3.11) into wheelhouse/<release>-<platform>/
+              for Linux x86_64 CPython, catalog.PYTHON) into wheelhouse/<release>-<platform>/
   build       pax wheel + staged build context -> `docker build --network none` under a
               temporary tag; `pax:<release>-<platform>` is tagged only when the build
               (including pip's hash check, pip check and the lock comparison) succeeded

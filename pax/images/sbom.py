@@ -146,7 +146,7 @@ def generate(
         bom.components.add(part)
     bom.register_dependency(subject, parts.values())
     # Edges from each wheel's Requires-Dist that hold in the image (markers evaluated for this
-    # interpreter, which builds for the image's: CPython 3.11 on Linux x86_64; no extras).
+    # interpreter, which builds for the image's: CPython catalog.PYTHON on Linux x86_64; no extras).
     for name, meta in metas.items():
         needs = set()
         for line in meta.get_all("Requires-Dist") or []:
