@@ -494,10 +494,10 @@ class EnvBuilder:
                     time.monotonic() - started,
                     error="install failed: " + _pip_errors(out.stderr + out.stdout),
                 )
-        have = lockfile.installed_in(self.python)
         want = {n: p.version for n, p in pins.items()}
-        if have != want:
-            wrong = sorted(n for n in set(have) | set(want) if have.get(n) != want.get(n))
+        rows = lockfile.differences(lockfile.installed_in(self.python), want, ignore=())
+        if rows:
+            wrong = [row["package"] for row in rows]
             self.discard()
             if kind == "warm":  # reuse went wrong somehow: start over once
                 return self.build(pins)
