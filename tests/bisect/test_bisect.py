@@ -105,6 +105,8 @@ def test_culprit_inside_a_coupled_group(tmp_path, index, cache):
     assert report["env_builds"] <= bound(6)
 
 
+# Slow tier: the fast tier finds interactions in tests/bisect/test_search.py's simulations.
+@pytest.mark.slow
 def test_two_changes_that_break_only_together(tmp_path, index, cache):
     good = {"alpha": "1", "beta": "1", **{f"r{i:02d}": "1" for i in range(8)}}
     bad = {"alpha": "2", "beta": "2", **{f"r{i:02d}": "2" for i in range(8)}}

@@ -198,6 +198,8 @@ def test_2d_mesh_matches_one_device_and_replicates_the_scales(fp8, tmp_path):
     )
 
 
+# Slow tier: FP8 under the pipeline; the fast tier has its scales on one device and on a 2-D mesh.
+@pytest.mark.slow
 def test_pipeline_stages_carry_the_scales_and_combine_microbatches_by_max():
     # 2 stages of 1 layer, 4 microbatches: 5 ticks use each stage's FP8 state.
     piped = derive(
