@@ -29,22 +29,40 @@ recompute step the keys and values of its own sequence, written and read once (i
 scores could stay on chip, so they are not counted: this favours the recompute side). The
 claim checked beside the first: measured / roofline-predicted speed-up within [0.5, 2]; each
 side's roofline time over its measured time is printed too (how close each runs to its floor).
+
+Memory, from XLA's own accounting of the compiled generator (`memory_analysis()`: arguments,
+outputs, temporaries, aliased bytes; its peak is arguments + outputs + temporaries - aliased,
+the temporaries being one buffer that XLA's assignment sizes for the most bytes live at once),
+next to what decoding needs by hand: the parameters (the arguments: decode restores nothing
+else), the cache buffer, and the activations (`activation_bytes`, an upper bound). Where the
+device reports its own peak (`memory_stats()`, not on CPU), that is printed too. Two copies are
+priced: the stacked weights sliced into per-layer arrays on every call (`unscan`), by compiling
+and timing the same generator on weights laid out unrolled beforehand, and a decode step's
+copy of the cache, by the temporaries of one compiled step (a copy needs the cache's bytes).
 """
 
 import argparse
+import dataclasses
 import json
+import os
 import statistics
+import tempfile
 import time
+import types
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 from jax.sharding import Mesh
 
+from pax.checkpoint.manager import step_name
 from pax.decode import prompts as prompts_lib
-from pax.decode.generate import Generator, decode_model
+from pax.decode.generate import Generator, decode_model, unscan
+from pax.decode.run import restore_parts
 from pax.decode.sampling import Sampling
+from pax.models import kv_cache
 from pax.models.transformer import GATED
 from pax.parallel import sharding
 from pax.tasks.lm.params.lm_cloud import LmCloudSpmdTiny
@@ -102,6 +120,144 @@ def cache_bytes(cfg, batch: int, length: int) -> int:
     kv = 2 * batch * length * cfg.num_kv_heads * cfg.dims_per_head
     kv *= np.dtype(cfg.fprop_dtype).itemsize
     return cfg.num_layers * (kv + 2 * batch * length * 4)
+
+
+def activation_bytes(cfg, batch: int, length: int, span: int, new: int) -> int:
+    """What decoding's intermediates need at most: the prefill's (`length` tokens per row
+    attending over `span` slots, the largest call) and the loop's state (`new` drawn tokens and
+    one row of logits per row). Layers run one after another, and within a layer attention,
+    then the FFN, then (after the last) the output logits: the bound is the largest of these
+    stages' buffers, each counted with the residual stream and as if all live at once
+    (attention: the residual's norm, fused QKV, scores and probabilities, its output; FFN:
+    the norm, its input(s) and activation; output: the logits and their capped form)."""
+    e, f, h, k, d = (
+        cfg.model_dims,
+        cfg.hidden_dims,
+        cfg.num_heads,
+        cfg.num_kv_heads,
+        cfg.dims_per_head,
+    )
+    ffn_in = 2 if cfg.activation in GATED else 1
+    attention = 2 * e + (h + 2 * k) * d + 2 * h * span + h * d
+    ffn = 2 * e + (ffn_in + 1) * f
+    output = e + 2 * cfg.vocab_size
+    prefill = batch * length * max(attention, ffn, output)
+    prefill *= np.dtype(cfg.fprop_dtype).itemsize
+    return prefill + batch * new * 4 + batch * cfg.vocab_size * 4
+
+
+def compiled_memory(jitted, *args) -> dict:
+    """XLA's byte counts for `jitted` compiled for `args` (arrays or shape structs)."""
+    m = jitted.lower(*args).compile().memory_analysis()
+    out = {
+        "arguments": m.argument_size_in_bytes,
+        "outputs": m.output_size_in_bytes,
+        "temporaries": m.temp_size_in_bytes,
+        "aliased": m.alias_size_in_bytes,
+    }
+    out["peak"] = out["arguments"] + out["outputs"] + out["temporaries"] - out["aliased"]
+    return out
+
+
+def device_peak_bytes(device):
+    """The device's own peak bytes in use since start, where it reports one (not on CPU)."""
+    stats = device.memory_stats()
+    return (stats or {}).get("peak_bytes_in_use")
+
+
+def _generate_args(prompt_batch):
+    return [
+        *(jnp.asarray(getattr(prompt_batch, k)) for k in ("tokens", "positions", "segment_ids")),
+        jnp.asarray(prompt_batch.rows, jnp.int32),
+        np.uint32(0),
+    ]
+
+
+def step_memory(cfg, variables, batch: int, span: int) -> dict:
+    """XLA's byte counts for one decode step (one token per row) of the unrolled model on its
+    variables, the cache donated as the generator's loop hands it on: a step that copied the
+    cache would need the cache's bytes in temporaries."""
+    model = decode_model(cfg)
+    cache = jax.eval_shape(lambda v: kv_cache.init(model, v, batch, span), variables)
+
+    def step(v, cache, tokens, positions, segments):
+        logits, mutated = model.apply(
+            {**v, kv_cache.COLLECTION: cache},
+            tokens,
+            positions,
+            segments,
+            mutable=[kv_cache.COLLECTION],
+        )
+        return mutated[kv_cache.COLLECTION], logits[:, -1]
+
+    one = jax.ShapeDtypeStruct((batch, 1), jnp.int32)
+    shapes = jax.eval_shape(lambda v: v, variables)
+    return compiled_memory(jax.jit(step, donate_argnums=1), shapes, cache, one, one, one)
+
+
+def restored_variables(variables, mesh, directory: str) -> dict:
+    """`variables` as decoding gets them from a run: saved in `directory` with twice their
+    size of optimizer statistics beside them (Adam's two moments), read back by
+    pax.decode.run's partial restore, which reads the parameters only."""
+    state = {"params": variables["params"], "opt_state": [variables["params"]] * 2}
+    path = os.path.join(directory, step_name(0), "state")
+    ocp.PyTreeCheckpointer().save(path, state)
+    replicated = sharding.replicated(mesh)
+    parts = {
+        "params": jax.tree.map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=replicated),
+            variables["params"],
+        )
+    }
+    return restore_parts(types.SimpleNamespace(directory=directory), 0, parts)
+
+
+def memory(cfg, mesh, variables, prompt_batch, new: int, repeats: int = 0) -> dict:
+    """Decoding's peak memory, as pax.decode.run decodes (weights unrolled once per
+    checkpoint), beside its parts; and what decoding straight from the stacked weights would
+    cost: bytes (its peak - the unrolled one's) and, with `repeats`, seconds (median call on
+    stacked weights - median call on unrolled ones)."""
+    batch, bucket = prompt_batch.tokens.shape
+    flat_cfg = dataclasses.replace(cfg, use_repeated_layer=False)
+    unrolled = jax.jit(lambda v: unscan(v, cfg.num_layers))(variables)
+    layouts = {"unrolled": unrolled}
+    if cfg.use_repeated_layer:
+        layouts["stacked"] = variables
+    generators, out = {}, {}
+    for name, v in layouts.items():
+        generators[name] = Generator(
+            cfg, mesh, jax.tree.map(lambda _: sharding.replicated(mesh), v), new, Sampling("greedy")
+        )
+        out[f"{name}_decode"] = compiled_memory(
+            generators[name]._generate, v, *_generate_args(prompt_batch)
+        )
+    out.update(
+        parameter_bytes=parameter_bytes(cfg),
+        cache_bytes=cache_bytes(cfg, batch, bucket + new),
+        activation_bytes=activation_bytes(cfg, batch, bucket, bucket + new, new),
+        step=step_memory(flat_cfg, unrolled, batch, bucket + new),
+    )
+    out["decode"] = out.pop("unrolled_decode")
+    out["parts_bytes"] = out["parameter_bytes"] + out["cache_bytes"] + out["activation_bytes"]
+    out["peak_over_parts"] = out["decode"]["peak"] / out["parts_bytes"]
+    if "stacked" in layouts:
+        out["unscan_bytes"] = out["stacked_decode"]["peak"] - out["decode"]["peak"]
+    if "stacked" in layouts and repeats:
+        seconds = {}
+        for name, v in layouts.items():
+            generators[name](v, prompt_batch, seed=0)  # compile
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                generators[name](v, prompt_batch, seed=0)
+                times.append(time.perf_counter() - start)
+            seconds[name] = statistics.median(times)
+        out["unrolled_s"], out["stacked_s"] = seconds["unrolled"], seconds["stacked"]
+        out["unscan_s"] = seconds["stacked"] - seconds["unrolled"]
+    peak = device_peak_bytes(jax.devices()[0])
+    if peak is not None:
+        out["device_peak_bytes"] = peak
+    return out
 
 
 def step_bytes(cfg, batch: int, length: int, span: int = 0) -> int:
@@ -244,17 +400,21 @@ def measure(
     ]
     ((_, prompt_batch),) = prompts_lib.batches(prompts, batch, 1, cfg.seq_len)
     prompt_bucket = prompt_batch.tokens.shape[1]
-    replicated = jax.tree.map(lambda _: sharding.replicated(mesh), variables)
+    with tempfile.TemporaryDirectory() as directory:
+        restored = restored_variables(variables, mesh, directory)
+    # Laid out as pax.decode.run lays out a checkpoint, once.
+    decoded = jax.jit(lambda v: unscan(v, cfg.num_layers))(restored)
+    replicated = jax.tree.map(lambda _: sharding.replicated(mesh), decoded)
     peak = mfu.measure_matmul_peak(cfg.fprop_dtype)
     bandwidth = measure_read_bandwidth(64 if small else 256)
     rows = []
     for new in news:
         generator = Generator(cfg, mesh, replicated, new, Sampling("greedy"))
-        generator(variables, prompt_batch, seed=0)  # compile
+        generator(decoded, prompt_batch, seed=0)  # compile
         cached_s = []
         for _ in range(repeats):
             start = time.perf_counter()
-            out = generator(variables, prompt_batch, seed=0)
+            out = generator(decoded, prompt_batch, seed=0)
             cached_s.append(time.perf_counter() - start)
         recompute = Recompute(model, variables, prompt_batch, new)
         per_bucket = {
@@ -269,6 +429,10 @@ def measure(
             **predicted_speedup(cfg, batch, prompt_bucket, new),
             **predicted_roofline(cfg, batch, prompt_bucket, new, peak, bandwidth),
             "cached_step_bytes": step_bytes(cfg, batch, 1, prompt_bucket + new),
+            # The stacked layout's cost is timed once, at the shorter length.
+            "memory": memory(
+                cfg, mesh, restored, prompt_batch, new, repeats if new == news[0] else 0
+            ),
         }
         if new == news[0]:  # the real loop once, against the per-bucket sum
             recompute.run()  # compiled already; this one warms the loop's own dispatch
@@ -337,6 +501,7 @@ def report(r: dict) -> str:
             f"vs {row['speedup']:.1f}x predicted by FLOPs = {row['measured_over_predicted']:.2f} "
             "(target 0.5..2)"
         )
+        lines += memory_report(row["new_tokens"], row["memory"])
         lines.append(
             f"decode {row['new_tokens']:>5} new: roofline (cached step reads "
             f"{row['cached_step_bytes'] / 1e6:.1f} MB) predicts {row['roofline_speedup']:.1f}x: "
@@ -345,6 +510,36 @@ def report(r: dict) -> str:
             f"recompute {row['recompute_roofline_over_measured']:.2f}"
         )
     return "\n".join(lines)
+
+
+def memory_report(new: int, m: dict) -> list:
+    mb = 1e6
+    d = m["decode"]
+    lines = [
+        f"decode {new:>5} new: peak memory {d['peak'] / mb:.2f} MB (XLA: arguments "
+        f"{d['arguments'] / mb:.2f}, temporaries {d['temporaries'] / mb:.2f}, outputs "
+        f"{d['outputs'] / mb:.3f}) vs parameters {m['parameter_bytes'] / mb:.2f} + cache "
+        f"{m['cache_bytes'] / mb:.2f} + activations {m['activation_bytes'] / mb:.2f} = "
+        f"{m['parts_bytes'] / mb:.2f} MB: {m['peak_over_parts']:.2f} (target <= 1); a step's "
+        f"temporaries {m['step']['temporaries'] / mb:.2f} MB (copying the cache needs "
+        f"{m['cache_bytes'] / mb:.2f})"
+    ]
+    if "unscan_bytes" in m:
+        line = (
+            f"decode {new:>5} new: on the stacked weights (each call slices out every layer's): peak "
+            f"{m['stacked_decode']['peak'] / mb:.2f} MB (+{m['unscan_bytes'] / mb:.2f})"
+        )
+        if "unscan_s" in m:
+            line += (
+                f", {m['stacked_s']:.3g} s a call vs {m['unrolled_s']:.3g} s unrolled "
+                f"({m['unscan_s']:+.3g} s)"
+            )
+        lines.append(line)
+    if "device_peak_bytes" in m:
+        lines.append(
+            f"decode {new:>5} new: the device's own peak in use {m['device_peak_bytes'] / mb:.2f} MB"
+        )
+    return lines
 
 
 def main(argv=None) -> int:

@@ -115,11 +115,12 @@ def make_generate(
 
     Pure and traceable: jit it (Generator does). eos_id < 0: never stop at a token.
 
-    Variables come laid out as `model` has them; repeated layers are decoded unrolled, each
-    layer's parameters and cache their own arrays (`unscan`, once per call, outside the loop).
-    Under nn.scan every step sliced each layer's cache out of the stacked one and stacked the
-    updated slices back: three copies of the whole cache per step, which made a step cost
-    several times reading the cache once, the least any step over a fixed buffer costs.
+    Repeated layers are decoded unrolled, each layer's parameters and cache their own arrays:
+    under nn.scan a step would slice every layer's cache out of a stacked one and stack the
+    updated slices back, copying the whole cache at every step. Variables come laid out
+    unrolled (`unscan`, as pax.decode.run lays out a checkpoint once) or as `model` has them;
+    then every call slices each layer's weights out of the stack, a copy of them all for as
+    long as the call runs (benchmarks/decode.py prices it).
     """
     max_seq_len = model.cfg.seq_len
     stacked = model.cfg.use_repeated_layer and model.num_stages == 1

@@ -31,7 +31,7 @@ from pax.checkpoint.flax_file import FlaxFileCheckpointer
 from pax.checkpoint.manager import CheckpointError, check_compatible, step_name
 from pax.data import tokenizers
 from pax.decode import prompts as prompts_lib
-from pax.decode.generate import Generator, decode_model, unstage
+from pax.decode.generate import Generator, decode_model, unscan, unstage
 from pax.decode.options import Options
 from pax.errors import UsageError
 from pax.train import placement
@@ -111,10 +111,20 @@ class Decoder:
             if stages > 1
             else lambda v: v  # already the decoding model's layout and placement
         )
+        # Repeated layers are decoded from one array per layer, laid out once per checkpoint,
+        # so that no generator call slices a copy of every layer's weights out of the stack.
+        unrolled_cfg = dataclasses.replace(cfg, use_repeated_layer=False)
+        _, unrolled = state_lib.shardings(decode_model(unrolled_cfg, run.mesh), run.tx, run.mesh)
+        unrolled = state_lib.model_variables(unrolled)
+        self._unroll = (
+            jax.jit(lambda v: unscan(v, cfg.num_layers), out_shardings=unrolled)
+            if cfg.use_repeated_layer
+            else lambda v: v
+        )
         self.generator = Generator(
             cfg,
             run.mesh,
-            flat,
+            unrolled,
             self.max_new,
             self.sampling,
             self.tokenizer.eos_id if options.stop_at_eos else -1,
@@ -141,8 +151,15 @@ class Decoder:
         parts = state_lib.model_variables(self.abstract)
         return self._layout(restore_parts(checkpointer, step, parts))
 
+    def decoding_variables(self, checkpointer, step: int):
+        """`variables` laid out as decoding reads them, one array per layer (the stacked ones
+        are dropped on return: only one layout is held while decoding)."""
+        return self._unroll(self.variables(checkpointer, step))
+
     def decode(self, variables, step: int) -> list[dict]:
-        """One record per prompt, in prompt order."""
+        """One record per prompt, in prompt order; `variables` in either layout."""
+        if any("layers" in tree for tree in variables.values()):
+            variables = self._unroll(variables)
         records = []
         batches = prompts_lib.batches(
             self.prompts,
@@ -254,7 +271,7 @@ def decode_once(decoder: Decoder) -> list[dict]:
         steps = sorted(checkpointer.all_steps(), reverse=True) if _has_dir(checkpointer) else []
         for step in steps:
             try:
-                variables = decoder.variables(checkpointer, step)
+                variables = decoder.decoding_variables(checkpointer, step)
                 break
             except UsageError:
                 raise
@@ -311,7 +328,7 @@ def follow(decoder: Decoder, clock=time.monotonic, sleep=time.sleep) -> list[int
                     logging.info("%s: decoded before (%s)", step_name(step), path)
                 else:
                     try:
-                        variables = decoder.variables(checkpointer, step)
+                        variables = decoder.decoding_variables(checkpointer, step)
                     except UsageError:
                         raise
                     except Exception as e:  # deleted by retention while read, or damaged

@@ -6,9 +6,12 @@ import math
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
+from jax.sharding import Mesh
 
 from benchmarks import decode
+from pax.decode import prompts as prompts_lib
 from pax.decode.generate import decode_model, unscan
 from pax.models import kv_cache
 from pax.models.transformer import TransformerLm
@@ -82,3 +85,26 @@ def test_roofline_without_a_memory_limit_is_the_flops_prediction():
 def test_roofline_takes_the_slower_of_compute_and_memory():
     assert decode.roofline_seconds(4e9, 1e9, peak=2e9, bandwidth=1e9) == 2.0
     assert decode.roofline_seconds(1e9, 3e9, peak=2e9, bandwidth=1e9) == 3.0
+
+
+def test_decode_peak_memory_is_no_more_than_its_parts(tmp_path):
+    """XLA's peak for decoding a restored run (two layers, so the stacked weights matter) is
+    at most parameters + cache + activations. No tolerance: `activation_bytes` is already an
+    upper bound (the largest stage's buffers all counted live at once), and XLA's temporaries
+    are one buffer sized for the most bytes live at once."""
+    cfg = dataclasses.replace(SMALL, num_layers=2)
+    mesh = Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1, 1), ("replica", "data", "mdl"))
+    model = decode_model(cfg)
+    variables = nn.unbox(jax.jit(model.init)(jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))
+    rng = np.random.default_rng(0)
+    prompts = [prompts_lib.Prompt(str(i), rng.integers(1, 256, 12)) for i in range(4)]
+    ((_, batch),) = prompts_lib.batches(prompts, 4, 1, cfg.seq_len)
+    restored = decode.restored_variables(variables, mesh, str(tmp_path))
+    m = decode.memory(cfg, mesh, restored, batch, new=8)
+    assert m["decode"]["peak"] <= m["parts_bytes"]
+    # The restore read the parameters only: the arguments are they and the prompts.
+    prompt_bytes = 3 * batch.tokens.size * 4 + 4 * 4 + 4
+    assert m["decode"]["arguments"] == m["parameter_bytes"] + prompt_bytes
+    # No step copies the cache: its temporaries could not hold one.
+    assert m["step"]["temporaries"] < m["cache_bytes"]
+    assert m["stacked_decode"]["peak"] >= m["decode"]["peak"]

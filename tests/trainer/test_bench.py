@@ -57,6 +57,7 @@ def test_bench_produces_every_figure(tmp_path, capsys):
         assert run["cached_tokens_per_s"] > 0 and run["recompute_tokens_per_s"] > 0
         assert run["speedup"] > 1 and run["measured_over_predicted"] > 0
         assert run["roofline_speedup"] > 1 and run["measured_over_roofline"] > 0
+        assert 0 < run["memory"]["decode"]["peak"] <= run["memory"]["parts_bytes"]
     text = capsys.readouterr().out
     for label in (
         "machine",
