@@ -21,7 +21,7 @@ from benchmarks import table as bench_table
 from pax.bisect import cli as bisect_cli
 from pax.curves import CurvesError
 from pax.docs import blocks as doc_blocks
-from pax.environments import runs, venv
+from pax.environments import runs, test_runner, venv
 from pax.images import cli as images_cli
 from pax.launch import render as launch
 from pax.releases import catalog, cut
@@ -67,16 +67,16 @@ def _in_env(session: nox.Session, module: str, defaults=None, platform=True, or_
 
 @nox.session(venv_backend="none")
 def test(session: nox.Session) -> None:
-    """Run pytest in a release's pinned CPU env: `test -- [RELEASE] [--full] [pytest args]`;
-    the fast tier by default, `--full` adds the tests marked slow."""
+    """pytest in a release's CPU env: `test -- [RELEASE] [--full (adds the slow tier)] [ARGS]`."""
     args = list(session.posargs)
     release = _release(session, args)
     env = _env(session, release, "cpu")
+    runner = test_runner.ensure(env, log=session.log)
     # Tests choose their own devices (conftest sets XLA_FLAGS before jax loads).
     targets = [] if any(Path(a.split("::")[0]).exists() for a in args) else ["tests"]
-    session.run(
-        str(env.python), "-m", "pytest", *targets, *args, env=env.session_env(), external=True
-    )
+    args = [*targets, *test_runner.pytest_args(args), *args]
+    variables = test_runner.session_env(env, runner)
+    session.run(str(env.python), "-m", "pytest", *args, env=variables, external=True)
 
 
 @nox.session(venv_backend="none")

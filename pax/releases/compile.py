@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from pax import lockfile
-from pax.pip import pip_env
+from pax.pip import pip_env, uv_binary, uv_env
 from pax.releases.catalog import (
     LOCK_PLATFORMS,
     NIGHTLY,
@@ -202,4 +202,21 @@ def lock_tools(root: Path | None = None, log=print) -> str:
     )
     sha = lockfile.sha256_file(root / "requirements" / "tools.txt")
     log(f"requirements/tools.txt sha256 {sha}")
+    lock_test_runner(root, log)
     return sha
+
+
+def lock_test_runner(root: Path, log=print) -> None:
+    """Recompile requirements/test-runner.txt: the pytest plugins laid beside a release env.
+    `--no-deps` (uv's; pip-compile has none): their one dependency, pytest, is the release's."""
+    subprocess.run(
+        [uv_binary() or "uv", "pip", "compile", "--no-config", "--no-deps", "--generate-hashes"]
+        + ["--python-version", PYTHON, "--quiet", "--custom-compile-command"]
+        + ["./noxw -s lock -- tools", "-o", "requirements/test-runner.txt"]
+        + ["requirements/test-runner.in"],
+        cwd=root,
+        env=uv_env(),
+        check=True,
+    )
+    sha = lockfile.sha256_file(root / "requirements" / "test-runner.txt")
+    log(f"requirements/test-runner.txt sha256 {sha}")
