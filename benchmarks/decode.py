@@ -63,7 +63,7 @@ from pax.decode.generate import Generator, decode_model, unscan
 from pax.decode.run import restore_parts
 from pax.decode.sampling import Sampling
 from pax.models import kv_cache
-from pax.models.transformer import GATED
+from pax.models.feed_forward import GATED
 from pax.parallel import sharding
 from pax.tasks.lm.params.lm_cloud import LmCloudSpmdTiny
 from pax.train import mfu

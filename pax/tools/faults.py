@@ -65,9 +65,9 @@ def _usage(message: str) -> int:
 
 
 def _patch_no_final_norm(hits: list, set_attr) -> str:
-    from pax.models import transformer
+    from pax.models import base
 
-    original = transformer._Sharded.norm
+    original = base.Sharded.norm
 
     def norm(self, name: str):
         if name == "final_norm":
@@ -75,8 +75,8 @@ def _patch_no_final_norm(hits: list, set_attr) -> str:
             return lambda x: x
         return original(self, name)
 
-    set_attr(transformer._Sharded, "norm", norm)
-    return "patched pax.models.transformer: the module named final_norm is the identity"
+    set_attr(base.Sharded, "norm", norm)
+    return "patched pax.models.base: the module named final_norm is the identity"
 
 
 def _patch_labels_shifted(hits: list, set_attr) -> str:
@@ -101,17 +101,17 @@ def _patch_labels_shifted(hits: list, set_attr) -> str:
 def _patch_causal_mask_dropped(hits: list, set_attr) -> str:
     import jax.numpy as jnp
 
-    from pax.models import transformer
+    from pax.models import attention
 
-    original = transformer._attend
+    original = attention.attend
 
     def attend(q, k, v, q_positions, k_positions, *rest):
-        hits.append("_attend")
+        hits.append("attend")
         # Every key at position 0 passes the causal test (query position >= key position).
         return original(q, k, v, q_positions, jnp.zeros_like(k_positions), *rest)
 
-    set_attr(transformer, "_attend", attend)
-    return "patched pax.models.transformer._attend: every key position 0 (no causal mask)"
+    set_attr(attention, "attend", attend)
+    return "patched pax.models.attention.attend: every key position 0 (no causal mask)"
 
 
 def arguments(fault: str, argv: list[str], hits: list, set_attr=setattr) -> tuple[list[str], str]:

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from pax.experiments.config import ModelConfig
-from pax.models.transformer import GATED
+from pax.models.feed_forward import GATED
 
 # Dense bf16 peak per chip, from the vendors' data sheets.
 PEAK_FLOPS_BY_DEVICE_KIND = {

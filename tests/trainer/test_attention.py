@@ -1,6 +1,6 @@
-"""pax.models.transformer._attend against attention written out per head in numpy.
+"""pax.models.attention.attend against attention written out per head in numpy.
 
-The einsum layouts inside _attend are chosen for speed (benchmarks/bench.py); this pins their
+The einsum layouts inside attend are chosen for speed (benchmarks/bench.py); this pins their
 math to the textbook definition: softmax(cap·tanh(q·kᵀ/cap) under the causal and segment masks)·v,
 each query head reading its group's key/value head.
 """
@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from pax.models.transformer import _attend
+from pax.models.attention import attend
 
 
 def reference(q, k, v, positions, segments, cap):
@@ -38,7 +38,7 @@ def test_attend_is_masked_softmax_attention(group, segmented, cap):
     k, v = (rng.normal(size=(b, t, n, d)).astype(np.float32) for _ in range(2))
     positions = np.broadcast_to(np.arange(t), (b, t))
     segments = np.sort(rng.integers(0, 3, (b, t)), axis=1) if segmented else None
-    got = jax.jit(_attend, static_argnums=(7, 8))(
+    got = jax.jit(attend, static_argnums=(7, 8))(
         q, k, v, positions, positions, segments, segments, cap, np.float32
     )
     np.testing.assert_allclose(got, reference(q, k, v, positions, segments, cap), atol=2e-5)

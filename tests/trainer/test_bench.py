@@ -20,7 +20,7 @@ from benchmarks import baseline, bench, gpu_bench, minimal_loop, profile, table
 from pax.data.corpus import embedded_text
 from pax.data.sources import WindowDataset
 from pax.data.tokenizers import ByteTokenizer
-from pax.models import transformer
+from pax.models import kernels
 from pax.releases import readme
 from pax.train import mfu
 
@@ -147,11 +147,11 @@ def test_configs_and_dtype_options():
 def _dot_flops(jaxpr) -> int:
     """2 × multiply-adds of every dot_general in a jaxpr, scan bodies times their length; but
     not rotary's products of sin and cos with the identity, which only keep XLA from computing
-    them in every head (pax/models/transformer.py, _rotary)."""
+    them in every head (pax/models/kernels.py, sin_cos_table)."""
     total = 0
     for eqn in jaxpr.eqns:
         scope = str(eqn.source_info.name_stack)
-        if eqn.primitive.name == "dot_general" and transformer.ROTARY_TABLE_SCOPE not in scope:
+        if eqn.primitive.name == "dot_general" and kernels.ROTARY_TABLE_SCOPE not in scope:
             (contract, _), _ = eqn.params["dimension_numbers"]
             lhs = eqn.invars[0].aval.shape
             total += 2 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[i] for i in contract)

@@ -13,7 +13,7 @@ from pax.data.tokenizers import ByteTokenizer
 from pax.errors import UsageError
 from pax.experiments import base, config, overrides, registry
 from pax.experiments.base import BaseExperiment, resolve
-from pax.models import transformer
+from pax.models import feed_forward, transformer
 from pax.parallel import mesh as mesh_lib
 from pax.train import loop
 from tests.trainer.helpers import Tiny, derive, read_metrics
@@ -34,7 +34,7 @@ def test_each_attribute_is_one_declared_field_of_the_same_name():
 
 def test_declared_choices_are_what_the_code_implements():
     choices = {k: set(p.choices) for k, p in config.PARAMS.items()}
-    assert choices["ACTIVATION"] == set(transformer.ACTIVATIONS)
+    assert choices["ACTIVATION"] == set(feed_forward.ACTIVATIONS)
     assert choices["REMAT_POLICY"] == set(transformer.REMAT_POLICIES)
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from pax.errors import UsageError
-from pax.models import transformer
+from pax.models import kernels
+from pax.models.positions import rotary
 from pax.models.transformer import TransformerLm, lm_loss
 from pax.train import loop
 from tests.trainer.helpers import Tiny, derive
@@ -121,7 +122,7 @@ def test_weight_einsum_gradients_are_autodiffs(eqn, x_shape, w_shape, dtype):
     def grads(einsum):
         return jax.grad(lambda x, w: (einsum(x, w) * probe).astype(jnp.float32).sum(), (0, 1))(x, w)
 
-    ours = jax.jit(lambda: grads(lambda x, w: transformer.weight_einsum(eqn, x, w)))()
+    ours = jax.jit(lambda: grads(lambda x, w: kernels.weight_einsum(eqn, x, w)))()
     plain = jax.jit(lambda: grads(lambda x, w: jnp.einsum(eqn, x, w)))()
     tol = 1e-6 if dtype == jnp.float32 else 2e-2
     for a, b in zip(ours, plain):
@@ -136,9 +137,7 @@ def test_add_bias_gradient_is_the_sum_over_batch_and_length(bias_shape, dtype):
     b = jax.random.normal(jax.random.key(1), bias_shape, dtype)
     probe = jax.random.normal(jax.random.key(2), y.shape, dtype)
     dy, db = jax.jit(
-        jax.grad(
-            lambda y, b: (transformer.add_bias(y, b) * probe).astype(jnp.float32).sum(), (0, 1)
-        )
+        jax.grad(lambda y, b: (kernels.add_bias(y, b) * probe).astype(jnp.float32).sum(), (0, 1))
     )(y, b)
     np.testing.assert_array_equal(np.float32(dy), np.float32(probe))
     exact = np.float64(probe).sum(axis=(0, 1))  # 2048 terms each
@@ -160,21 +159,21 @@ def test_model_gradients_are_autodiffs(monkeypatch):
         return jax.jit(jax.grad(loss))(params)
 
     ours = grads()
-    monkeypatch.setattr(transformer, "weight_einsum", lambda eqn, x, w: jnp.einsum(eqn, x, w))
-    monkeypatch.setattr(transformer, "add_bias", lambda y, b: y + b)
-    monkeypatch.setattr(transformer, "_capped_softmax", _autodiff_capped_softmax)
+    monkeypatch.setattr(kernels, "weight_einsum", lambda eqn, x, w: jnp.einsum(eqn, x, w))
+    monkeypatch.setattr(kernels, "add_bias", lambda y, b: y + b)
+    monkeypatch.setattr(kernels, "capped_softmax", _autodiff_capped_softmax)
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(grads())):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
 
 
 def _autodiff_capped_softmax(logits, mask, cap):
-    """Attention's probabilities as written before _capped_softmax: the masked capped logits
+    """Attention's probabilities as written before kernels.capped_softmax: the masked capped logits
     through jax.nn.softmax, which subtracts their max."""
     capped = jnp.where(mask, cap * jnp.tanh(logits / cap), jnp.finfo(jnp.float32).min)
     return jax.nn.softmax(capped, axis=-1)
 
 
-@pytest.mark.parametrize("cap", [50.0, transformer._CAP_WITHOUT_MAX])
+@pytest.mark.parametrize("cap", [50.0, kernels.CAP_WITHOUT_MAX])
 def test_capped_softmax_and_its_gradient_are_autodiffs(cap):
     """Without the max subtracted, even logits far beyond the cap neither overflow nor vanish; a
     row with every key masked attends to nothing (autodiff's form spreads it evenly)."""
@@ -188,7 +187,7 @@ def test_capped_softmax_and_its_gradient_are_autodiffs(cap):
     def grad(f):
         return jax.jit(jax.grad(lambda x: (f(x, mask, cap) * cotangent).sum()))(logits)
 
-    ours = transformer._capped_softmax(logits, mask, cap)
+    ours = kernels.capped_softmax(logits, mask, cap)
     assert bool(jnp.isfinite(ours).all()) and bool((ours[:, :, 5] == 0).all())
     np.testing.assert_allclose(ours.sum(-1)[seen[..., 0]], 1.0, rtol=1e-6)
     np.testing.assert_allclose(
@@ -198,7 +197,7 @@ def test_capped_softmax_and_its_gradient_are_autodiffs(cap):
         atol=1e-7,
     )
     np.testing.assert_allclose(
-        jnp.where(seen, grad(transformer._capped_softmax), 0),
+        jnp.where(seen, grad(kernels.capped_softmax), 0),
         jnp.where(seen, grad(_autodiff_capped_softmax), 0),
         rtol=1e-4,
         atol=1e-6,
@@ -220,7 +219,7 @@ def test_rotary_is_praxis_rotary_positional_embedding():
     expected = np.concatenate(
         [a * np.cos(angle) - b * np.sin(angle), b * np.cos(angle) + a * np.sin(angle)], axis=-1
     )
-    ours = transformer._rotary(jnp.asarray(x), jnp.asarray(positions))
+    ours = rotary(jnp.asarray(x), jnp.asarray(positions))
     np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)
 
 

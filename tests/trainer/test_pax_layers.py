@@ -11,8 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pax.models import transformer
-from pax.models.transformer import TransformerLm, sinusoids
+from pax.models import base
+from pax.models.positions import sinusoids
+from pax.models.transformer import TransformerLm
 from tests.trainer.helpers import Tiny, derive
 
 
@@ -93,7 +94,7 @@ def test_per_dim_scale_is_one_over_sqrt_dims_at_init_and_learns_a_factor():
 def test_layer_norm_keeps_its_scale_as_an_offset_from_one():
     cfg = _cfg(LAYERNORM_EPSILON=1e-3)
     x = jax.random.normal(jax.random.key(3), (2, 5, 64)) * 3 + 1
-    ln = transformer.LayerNorm(cfg)
+    ln = base.LayerNorm(cfg)
     params = ln.init(jax.random.key(0), x)["params"]
     assert float(jnp.abs(params["scale"].value).max()) == 0.0  # praxis: scale init 0, used 1 + s
     mean = x.mean(-1, keepdims=True)
