@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import table as bench_table
 from pax.bisect import cli as bisect_cli
 from pax.curves import CurvesError
+from pax.curves import band as refs
 from pax.docs import blocks as doc_blocks
 from pax.environments import runs, test_runner, venv
 from pax.images import cli as images_cli
@@ -28,7 +29,6 @@ from pax.releases import catalog, cut
 from pax.releases import compile as locks
 from pax.releases import diff as lock_diff
 from pax.releases import readme as readme_blocks
-from pax.tools import references as refs
 
 nox.options.sessions = ["test"]
 
@@ -229,7 +229,7 @@ def references(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def aot(session: nox.Session) -> None:
     """Compile experiments for their full mesh on virtual CPUs: `aot -- [RELEASE] [EXP ...]`."""
-    _in_env(session, "pax.tools.aot", platform=False)
+    _in_env(session, "pax.aot", platform=False)
 
 
 @nox.session(venv_backend="none")

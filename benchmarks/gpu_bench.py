@@ -4,7 +4,7 @@
 
 On one H100/H200: C4Spmd1BAdam4Replicas (13 × 2560, 1.0B parameters, seq 1024, synthetic
 tokens, full remat as Pax runs it) on one device, the trainer's compiled step (measured as
-pax.tools.fp8_check measures it) in bf16 and with USE_FP8, then benchmarks/baseline.py at the
+pax.train.fp8_check measures it) in bf16 and with USE_FP8, then benchmarks/baseline.py at the
 same shapes in bf16. Prints step time, tokens/s and MFU of each against the chip's dense bf16
 peak (pax.train.mfu's table), the FP8/bf16 speed-up and trainer / baseline.
 
@@ -23,8 +23,7 @@ import numpy as np
 
 from benchmarks import baseline
 from benchmarks.bench import baseline_shape
-from pax.tools import fp8_check
-from pax.train import mfu
+from pax.train import fp8_check, mfu
 
 GPU_EXPERIMENT = "tasks.lm.params.c4.C4Spmd1BAdam4Replicas"
 DRY_RUN_EXPERIMENT = "tasks.lm.params.lm_cloud.LmCloudSpmdTiny"

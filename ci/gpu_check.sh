@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # FP8 check for a machine with one Hopper GPU, in under 8 minutes: a few steps of a 1B model
 # (C4Spmd1BAdam4Replicas) in BF16 and in FP8 with step time, tokens/s, MFU and the speed-up,
-# and the count of cuBLASLt FP8 GEMMs in the FP8 step's optimized HLO (pax/tools/fp8_check.py).
+# and the count of cuBLASLt FP8 GEMMs in the FP8 step's optimized HLO (pax/train/fp8_check.py).
 # Without a GPU it runs the tiny model on CPU end to end and says that no GPU is present.
 #
-#   ci/gpu_check.sh [RELEASE] [-- FLAGS]   # FLAGS go to pax.tools.fp8_check (--steps, --batch)
-#   docker run --rm --gpus all --entrypoint python pax:1.4.0-gpu -m pax.tools.fp8_check
+#   ci/gpu_check.sh [RELEASE] [-- FLAGS]   # FLAGS go to pax.train.fp8_check (--steps, --batch)
+#   docker run --rm --gpus all --entrypoint python pax:1.4.0-gpu -m pax.train.fp8_check
 #
 # Python and XLA_FLAGS: ci/pinned-python.sh (the release's pinned env, or $PAX_PYTHON).
 # Exit: 0 OK, 1 check failed (or ran past $PAX_GPU_CHECK_TIMEOUT_S, default 480), 2 usage.
@@ -20,7 +20,7 @@ die() { echo "$TOOL: $*" >&2; exit 2; }
 set -- "${ARGS[@]}"
 cd "$ROOT"
 status=0
-PYTHONPATH="$ROOT" timeout "${PAX_GPU_CHECK_TIMEOUT_S:-480}" "$PYTHON" -m pax.tools.fp8_check "$@" \
+PYTHONPATH="$ROOT" timeout "${PAX_GPU_CHECK_TIMEOUT_S:-480}" "$PYTHON" -m pax.train.fp8_check "$@" \
   || status=$?
 if [ "$status" -eq 124 ]; then
   echo "gpu_check: FAILED: ran past ${PAX_GPU_CHECK_TIMEOUT_S:-480} s" >&2

@@ -2,6 +2,9 @@
 
 - the trainer's packages import nothing of the distribution packages or the tools;
 - the distribution packages import no jax (nox runs them from the small tools venv) and no tools;
+- the tools: pax.curves (reference bands, the runs broken on purpose that calibrate them) and
+  pax.aot (compiles experiments for a topology, writes README's table), which import both
+  sides, so neither side imports them;
 - no two packages of pax import each other, directly or around a circle;
 - inside a package, no two modules import each other.
 Read from the source (ast), so a lazy import inside a function counts too.
@@ -25,7 +28,8 @@ TRAINER = {
     "decode",
 }
 DISTRIBUTION = {"releases", "environments", "images", "bisect", "launch"}
-TOOLS = {"tools"}
+TOOLS = {"curves"}
+TOOL_MODULES = {"pax.aot"}  # a command on top, beside pax.main
 ML = {"jax", "jaxlib", "flax", "optax", "orbax", "numpy", "tensorstore", "grain"}
 
 
@@ -77,6 +81,9 @@ def test_the_layers_are_what_the_architecture_says():
 def test_trainer_imports_no_distribution_code_or_tools(package):
     graph = _package_graph()
     assert not graph.get(package, set()) & (DISTRIBUTION | TOOLS)
+    for module, imported in MODULES.items():
+        if _package(module) == package:
+            assert not imported & TOOL_MODULES, module
 
 
 @pytest.mark.parametrize("package", sorted(DISTRIBUTION))
@@ -86,6 +93,7 @@ def test_distribution_imports_no_jax_and_no_tools(package):
             roots = {name.split(".")[0] for name in imported}
             assert not roots & ML, f"{module} imports {sorted(roots & ML)}"
             assert not {_package(n) for n in imported if n.startswith("pax.")} & TOOLS, module
+            assert not imported & TOOL_MODULES, module
 
 
 def test_no_import_cycles_between_packages():

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 METRICS_FILE = "metrics.jsonl"
-FAULT_FILE = "fault.json"  # written by pax.tools.faults into a run it broke on purpose
+FAULT_FILE = "fault.json"  # written by pax.curves.faults into a run it broke on purpose
 
 
 class CurvesError(ValueError):
@@ -39,7 +39,7 @@ class Run:
     seed: int | None = None  # from config.json
     manifest: dict | None = None  # manifest.json, as written by the trainer
     config: dict | None = None  # config.json: the resolved config the run trained with
-    fault: dict | None = None  # fault.json: a deliberately broken run (pax.tools.faults)
+    fault: dict | None = None  # fault.json: a deliberately broken run (pax.curves.faults)
     skipped_lines: int = 0  # lines that were not a JSON object with split and step
 
     @property

@@ -13,7 +13,7 @@ A file opts in with a pair of markers; everything between them is replaced on ea
 reference band) in README.md, releases/README.md, CHANGELOG.md, docs/*.md and Dockerfile.gpu;
 `./noxw -s release` does so before committing a release; tests/releases and tests/docs check that
 the committed blocks equal what is rendered now. Other tools fill their own blocks with
-`rewrite_text` (pax.tools.aot: the compile table; benchmarks/table.py: the bench table).
+`rewrite_text` (pax.aot: the compile table; benchmarks/table.py: the bench table).
 """
 
 from __future__ import annotations

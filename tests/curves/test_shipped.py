@@ -36,8 +36,8 @@ def test_shipped_reference_is_well_formed_and_falls(name):
 def test_tiny_reference_is_calibrated_as_issue_19_asks():
     """At least 10 seeds, three held-out seeds (one of them the README's default run, SEED
     1234) and one run of each fault that breaks the tiny run (`references`'s default set, four
-    of pax.tools.faults's six), at the band's length."""
-    from pax.tools.references import FAULTS
+    of pax.curves.faults's six), at the band's length."""
+    from pax.curves.band import FAULTS
 
     ref = load_reference("LmCloudSpmdTiny")
     assert ref.n >= 10 and ref.alpha <= 0.01
@@ -47,7 +47,7 @@ def test_tiny_reference_is_calibrated_as_issue_19_asks():
     assert sorted(e["fault"]["name"] for e in broken) == sorted(FAULTS) and len(FAULTS) >= 4
     length = ref.config["task.train.num_train_steps"]
     assert all(e["num_train_steps"] == length for e in [*held, *broken])
-    assert all(" -m pax.tools.faults " in e["command"] for e in broken)
+    assert all(" -m pax.curves.faults " in e["command"] for e in broken)
 
 
 CALIBRATION = [

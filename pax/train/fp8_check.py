@@ -1,6 +1,6 @@
 """FP8 check: BF16 against FP8 training on this machine's first device, and XLA's FP8 GEMMs.
 
-  python -m pax.tools.fp8_check [--steps N] [--exp NAME] [--batch B]    (ci/gpu_check.sh)
+  python -m pax.train.fp8_check [--steps N] [--exp NAME] [--batch B]    (ci/gpu_check.sh)
 
 On a GPU it trains a few steps of C4Spmd1BAdam4Replicas (13 × 2560, 1.0B parameters, synthetic
 tokens, one device) with bf16 activations, once plain and once with USE_FP8, and prints step

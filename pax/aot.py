@@ -1,6 +1,6 @@
 """Ahead-of-time compilation of an experiment's sharded train step for its full mesh.
 
-`python -m pax.tools.aot [EXP ...]` (or `./noxw -s aot`) creates as many virtual CPU
+`python -m pax.aot [EXP ...]` (or `./noxw -s aot`) creates as many virtual CPU
 devices as the experiment's mesh needs, counts parameters abstractly (jax.eval_shape), lowers
 and compiles the train step with its real shardings and reads per-device memory from the
 compiled executable: a config that does not compile or does not fit is found here, not on the
@@ -29,7 +29,7 @@ from pax.releases import readme
 
 HBM_BYTES = {"TPU v4": 32 * 2**30}  # per chip
 TARGET = "TPU v4"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 AOT_JSON = ROOT / "docs" / "aot.json"
 START, END = "<!-- aot-table:start -->", "<!-- aot-table:end -->"
 # Reference experiments whose XLA:CPU plan exceeds the target, and why that is not a failure.
@@ -174,7 +174,7 @@ def main(argv=None) -> int:
         print(f"pax aot: error: {e}", file=sys.stderr)
         return 2
     if "jax" in sys.modules:
-        raise RuntimeError("pax.tools.aot must set the device count before jax is imported")
+        raise RuntimeError("pax.aot must set the device count before jax is imported")
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_"
         f"device_count={max(sizes.values())}"

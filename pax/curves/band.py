@@ -5,13 +5,13 @@ env, one after another, then write pax/curves/references/<Experiment>.json from 
                           [--faults all|none|NAME,...] [--fault-steps N] [--out F] [--reuse]
 
 The band's seeds make the checks' means and stds; the held-out seeds (not in the band) and
-one run per fault of pax.tools.faults (seeds of their own) are kept as its calibration, the
+one run per fault of pax.curves.faults (seeds of their own) are kept as its calibration, the
 evidence that the verdict passes healthy runs and fails broken ones (`python -m pax.curves
 calibration`, tests/curves/test_shipped.py). A broken run trains as long as the band's
 seeds unless --fault-steps says otherwise; it is then judged on the checks it reaches. Short
 broken runs are not enough in general: an earlier tiny model's run without warmup was within
 the seeds' noise at step 60 (+2.8 stds at the step-50 eval) and only left the band later (+7.5
-stds in the last train window). `all` is every fault of pax.tools.faults; any one can be named.
+stds in the last train window). `all` is every fault of pax.curves.faults; any one can be named.
 
 Runs from nox's tools venv: it imports no jax and starts the trainer as a subprocess of the
 env's python. Job directories go under runs/references/<Experiment>/; --reuse keeps a run
@@ -29,17 +29,16 @@ import subprocess
 import time
 from pathlib import Path
 
-from pax.curves import CurvesError
+from pax.curves import CurvesError, faults
 from pax.curves import record as curves_record
 from pax.curves.reference import Reference, load_reference
 from pax.curves.runs import read_metrics
-from pax.tools import faults
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_EXPERIMENT = "tasks.lm.params.lm_cloud.LmCloudSpmdTiny"
 DEFAULT_SEEDS = "1-10"
 DEFAULT_HELD_OUT = "11,12,1234"  # 1234: SEED's default, the README's `./noxw -s train` run
-# The faults the band is calibrated on: every one of pax.tools.faults breaks the tiny run since
+# The faults the band is calibrated on: every one of pax.curves.faults breaks the tiny run since
 # it learns its attention (rotary positions, Gaussian init); with LmCloudSpmd's own positions
 # and init, no_warmup and causal_mask_dropped stayed inside the band.
 FAULTS = tuple(faults.FAULTS)
@@ -168,12 +167,12 @@ def record(
     length = args.fault_steps or _length(root / base / f"seed{args.seeds[0]}")
     broken = []
     for fault in args.faults:
-        # Each fault's seed follows its place in pax.tools.faults, whichever ones are recorded.
+        # Each fault's seed follows its place in pax.curves.faults, whichever ones are recorded.
         flags = [f"--fault={fault}", f"--set=SEED={FAULT_SEED + list(faults.FAULTS).index(fault)}"]
         if args.fault_steps:
             flags.append(f"--set=NUM_TRAIN_STEPS={args.fault_steps}")
-        shown = [env_python, "-m", "pax.tools.faults"]
-        broken.append(train(f"fault-{fault}", ["pax.tools.faults"], flags, shown, length))
+        shown = [env_python, "-m", "pax.curves.faults"]
+        broken.append(train(f"fault-{fault}", ["pax.curves.faults"], flags, shown, length))
     recorded_by = shlex.join(
         [
             "./noxw",

@@ -8,19 +8,19 @@ import sys
 
 import pytest
 
+from pax import aot
 from pax.experiments import registry
 from pax.releases import readme
-from pax.tools import aot
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPECTED_TO_FIT = [n for n in registry.pax_references() if n not in aot.EXPECTED_NOT_TO_FIT]
 
 
 def _aot(out, *experiments):
-    """`python -m pax.tools.aot EXP... --json OUT` as a user runs it (it makes its own devices)."""
+    """`python -m pax.aot EXP... --json OUT` as a user runs it (it makes its own devices)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     result = subprocess.run(
-        [sys.executable, "-m", "pax.tools.aot", *experiments, "--json", str(out)],
+        [sys.executable, "-m", "pax.aot", *experiments, "--json", str(out)],
         cwd=ROOT,
         env={**env, "PYTHONPATH": ROOT},
         capture_output=True,

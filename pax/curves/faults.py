@@ -1,7 +1,7 @@
 """Train a deliberately broken run, to check that the reference verdict catches real breakage.
 
-  python -m pax.tools.faults --fault=NAME [pax.main flags: --exp=... --job_log_dir=... ...]
-  python -m pax.tools.faults --list
+  python -m pax.curves.faults --fault=NAME [pax.main flags: --exp=... --job_log_dir=... ...]
+  python -m pax.curves.faults --list
 
 Faults (the `references` session records one run of each beside a band; a verdict that
 passed any of them would be useless):
@@ -60,7 +60,7 @@ def _hyper_parameter(argv: list[str], key: str):
 
 
 def _usage(message: str) -> int:
-    print(f"pax.tools.faults: {message}", file=sys.stderr)
+    print(f"pax.curves.faults: {message}", file=sys.stderr)
     return EXIT_USAGE
 
 
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     extra, how = arguments(fault, rest, hits)
     from pax import main as pax_main  # after the patches' imports: same modules
 
-    sys.argv = ["pax.tools.faults", *rest, *extra]
+    sys.argv = ["pax.curves.faults", *rest, *extra]
     code = 0
     try:
         pax_main.run()
@@ -168,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     if code == 0 and not extra and not hits:
         # The trainer no longer has what the patch replaces: the run is not broken at all.
         print(
-            f"pax.tools.faults: the {fault} patch never applied ({how}); the trainer changed, "
-            f"update pax/tools/faults.py",
+            f"pax.curves.faults: the {fault} patch never applied ({how}); the trainer changed, "
+            f"update pax/curves/faults.py",
             file=sys.stderr,
         )
         return 1

@@ -1,10 +1,10 @@
-"""pax.tools.fp8_check (ci/gpu_check.sh's check) on a CPU machine."""
+"""pax.train.fp8_check (ci/gpu_check.sh's check) on a CPU machine."""
 
 import re
 
 import pytest
 
-from pax.tools import fp8_check
+from pax.train import fp8_check
 
 
 # Slow tier: both variants of the GPU check's model; the fast tier has FP8's numerics and its

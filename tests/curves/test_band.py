@@ -1,7 +1,7 @@
-"""pax.tools.references: which runs it trains, with which commands, and what it records.
+"""pax.curves.band: which runs it trains, with which commands, and what it records.
 
 The trainer is replaced by a stand-in "python" that writes a synthetic job directory
-(tests/curves/conftest.py's) for each `-m pax.main` / `-m pax.tools.faults` call it gets, so
+(tests/curves/conftest.py's) for each `-m pax.main` / `-m pax.curves.faults` call it gets, so
 the recording logic runs in seconds; the real trainer's side is covered by the shipped
 reference's calibration (tests/curves/test_shipped.py).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pax.curves import CurvesError, judge_recorded, load_reference
-from pax.tools import references as refs
+from pax.curves import band as refs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,7 +95,7 @@ def test_records_band_held_out_and_broken_runs(tmp_path, fake_python):
         "-m pax.main --exp=tests.Fake --job_log_dir=runs/references/Fake/seed1 --set=SEED=1"
     )
     assert calls[6] == (
-        "-m pax.tools.faults --exp=tests.Fake --job_log_dir=runs/references/Fake/fault-no_warmup "
+        "-m pax.curves.faults --exp=tests.Fake --job_log_dir=runs/references/Fake/fault-no_warmup "
         "--fault=no_warmup --set=SEED=102 --set=NUM_TRAIN_STEPS=60"
     )
     assert ref.runs[0]["command"] == (
@@ -104,7 +104,7 @@ def test_records_band_held_out_and_broken_runs(tmp_path, fake_python):
     )
     broken = ref.calibration["broken"]
     # the env's python, relative to the checkout: .venv/pax-1.6.0-cpu/bin/python in a real one
-    assert broken[0]["command"].startswith("bin/python -m pax.tools.faults --exp=tests.Fake")
+    assert broken[0]["command"].startswith("bin/python -m pax.curves.faults --exp=tests.Fake")
     assert [b["fault"]["name"] for b in broken] == ["lr_x10", "no_warmup"]
     assert [b["num_train_steps"] for b in broken] == [60, 60]
     assert [r["seed"] for r in ref.calibration["held_out"]] == [11]

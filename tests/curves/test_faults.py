@@ -1,4 +1,4 @@
-"""pax.tools.faults: each fault really breaks what it says, and nothing else."""
+"""pax.curves.faults: each fault really breaks what it says, and nothing else."""
 
 import json
 import os
@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from pax.curves import faults
 from pax.models import transformer
-from pax.tools import faults
 from pax.train import step
 from tests.trainer.helpers import Tiny
 
@@ -113,7 +113,7 @@ def test_a_broken_run_end_to_end(tmp_path):
         [
             sys.executable,
             "-m",
-            "pax.tools.faults",
+            "pax.curves.faults",
             "--fault=no_final_norm",
             "--exp=tasks.lm.params.lm_cloud.LmCloudSpmdTiny",
             f"--job_log_dir={job}",
