@@ -43,6 +43,7 @@ copy of the cache, by the temporaries of one compiled step (a copy needs the cac
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import statistics
@@ -59,7 +60,7 @@ from jax.sharding import Mesh
 
 from pax.checkpoint.manager import step_name
 from pax.decode import prompts as prompts_lib
-from pax.decode.generate import Generator, decode_model, unscan
+from pax.decode.generate import Generator, decode_model, decode_step, unscan
 from pax.decode.run import restore_parts
 from pax.decode.sampling import Sampling
 from pax.models import kv_cache
@@ -93,18 +94,24 @@ def _forward_flops(cfg, tokens: int, span: int) -> float:
     return tokens * mfu.flops_per_token(cfg, span) / 3.0  # flops_per_token counts training: 3x
 
 
-def parameter_bytes(cfg) -> int:
-    """Bytes of the parameters one forward step reads: all of them, once (the embedding table
-    is the softmax weight as well unless SEPARATE_EMBEDDING; a learned position table is read
-    only at the step's positions, so it is left out)."""
-    e, f, h, k, d = (
+def _dims(cfg) -> tuple:
+    """(model, hidden, heads, kv heads, dims per head, FFN input projections) of `cfg`."""
+    ffn_in = 2 if cfg.activation in GATED else 1
+    return (
         cfg.model_dims,
         cfg.hidden_dims,
         cfg.num_heads,
         cfg.num_kv_heads,
         cfg.dims_per_head,
+        ffn_in,
     )
-    ffn_in = 2 if cfg.activation in GATED else 1
+
+
+def parameter_bytes(cfg) -> int:
+    """Bytes of the parameters one forward step reads: all of them, once (the embedding table
+    is the softmax weight as well unless SEPARATE_EMBEDDING; a learned position table is read
+    only at the step's positions, so it is left out)."""
+    e, f, h, k, d, ffn_in = _dims(cfg)
     layer = e * (h + 2 * k) * d + h * d * e + e * f * ffn_in + f * e + 4 * e  # + 2 norms
     layer += (f * ffn_in + e) if cfg.ffn_has_bias else 0
     layer += ((h + 2 * k) * d + e) if cfg.use_bias else 0
@@ -130,14 +137,7 @@ def activation_bytes(cfg, batch: int, length: int, span: int, new: int) -> int:
     stages' buffers, each counted with the residual stream and as if all live at once
     (attention: the residual's norm, fused QKV, scores and probabilities, its output; FFN:
     the norm, its input(s) and activation; output: the logits and their capped form)."""
-    e, f, h, k, d = (
-        cfg.model_dims,
-        cfg.hidden_dims,
-        cfg.num_heads,
-        cfg.num_kv_heads,
-        cfg.dims_per_head,
-    )
-    ffn_in = 2 if cfg.activation in GATED else 1
+    e, f, h, k, d, ffn_in = _dims(cfg)
     attention = 2 * e + (h + 2 * k) * d + 2 * h * span + h * d
     ffn = 2 * e + (ffn_in + 1) * f
     output = e + 2 * cfg.vocab_size
@@ -180,16 +180,7 @@ def step_memory(cfg, variables, batch: int, span: int) -> dict:
     model = decode_model(cfg)
     cache = jax.eval_shape(lambda v: kv_cache.init(model, v, batch, span), variables)
 
-    def step(v, cache, tokens, positions, segments):
-        logits, mutated = model.apply(
-            {**v, kv_cache.COLLECTION: cache},
-            tokens,
-            positions,
-            segments,
-            mutable=[kv_cache.COLLECTION],
-        )
-        return mutated[kv_cache.COLLECTION], logits[:, -1]
-
+    step = functools.partial(decode_step, model)
     one = jax.ShapeDtypeStruct((batch, 1), jnp.int32)
     shapes = jax.eval_shape(lambda v: v, variables)
     return compiled_memory(jax.jit(step, donate_argnums=1), shapes, cache, one, one, one)

@@ -14,6 +14,7 @@ and the cache are split over (`replica`, `data`) by batch, the cache's heads ove
 """
 
 import dataclasses
+import functools
 from typing import Optional
 
 import jax
@@ -104,6 +105,19 @@ def unscan(variables: dict, num_layers: int) -> dict:
     return out
 
 
+def decode_step(model: TransformerLm, variables, cache, tokens, positions, segment_ids):
+    """One pass of `model` over `tokens` with its KV cache: (the updated cache, each row's
+    logits at its last position)."""
+    logits, mutated = model.apply(
+        {**variables, kv_cache.COLLECTION: cache},
+        tokens,
+        positions,
+        segment_ids,
+        mutable=[kv_cache.COLLECTION],
+    )
+    return mutated[kv_cache.COLLECTION], logits[:, -1]
+
+
 def make_generate(
     model: TransformerLm,
     max_new: int,
@@ -127,15 +141,7 @@ def make_generate(
     if stacked:
         model = model.clone(cfg=dataclasses.replace(model.cfg, use_repeated_layer=False))
 
-    def forward(variables, cache, tokens, positions, segment_ids):
-        logits, mutated = model.apply(
-            {**variables, kv_cache.COLLECTION: cache},
-            tokens,
-            positions,
-            segment_ids,
-            mutable=[kv_cache.COLLECTION],
-        )
-        return mutated[kv_cache.COLLECTION], logits[:, -1]
+    forward = functools.partial(decode_step, model)
 
     def generate(variables, tokens, positions, segment_ids, rows, seed):
         if stacked:
