@@ -39,6 +39,9 @@ class Run:
     eval_data: dict
     global_batch: int
     strategy: str  # placement.SPMD, PIPELINE or PMAP
+    # The parameters' shardings on `mesh`, checked in prepare (None for pmap, which places
+    # whole replicas): placement reuses them.
+    param_shardings: object = None
 
 
 def prepare(experiment, devices=None, with_data: bool = True) -> Run:
@@ -71,8 +74,8 @@ def prepare(experiment, devices=None, with_data: bool = True) -> Run:
         num_stages=stages,
         num_microbatches=task.mesh.num_microbatches,
     )
-    if not pmap:
-        state_lib.param_shardings(model, mesh)  # a weight the mesh cannot split: UsageError
+    # A weight the mesh cannot split is a UsageError here, before any file is written.
+    param_shardings = None if pmap else state_lib.param_shardings(model, mesh)
     tx, lr_schedule = optimizers.build(task.optimizer, state_lib.repeat_prefix(model))
     train_cfg = next(d for d in datasets if d.is_training)
     vocab = task.model.vocab_size
@@ -114,6 +117,7 @@ def prepare(experiment, devices=None, with_data: bool = True) -> Run:
         },
         global_batch=global_batch,
         strategy=strategy,
+        param_shardings=param_shardings,
     )
 
 

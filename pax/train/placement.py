@@ -54,7 +54,8 @@ class _Placement:
 
     def __init__(self, run, mesh):
         self.run = run
-        self.abstract, self.shardings = state_lib.shardings(run.model, run.tx, mesh)
+        known = run.param_shardings if mesh is run.mesh else None
+        self.abstract, self.shardings = state_lib.shardings(run.model, run.tx, mesh, known)
 
     def init(self, seed: int):
         return state_lib.initialize(self.run.model, self.run.tx, self.shardings, seed)

@@ -110,12 +110,13 @@ def slot_sharding(slot, param_sharding, param, mesh):
     return sharding.replicated(mesh)
 
 
-def shardings(model, tx, mesh):
-    """(abstract state, state shardings): parameters placed by their logical axis names,
-    optimizer statistics along their parameter's matching axes (slot_sharding), everything else
-    (step, FP8 scales and amax histories: a few floats per layer) replicated."""
+def shardings(model, tx, mesh, params=None):
+    """(abstract state, state shardings): parameters placed by their logical axis names
+    (`params`, param_shardings' result where the caller has it), optimizer statistics along
+    their parameter's matching axes (slot_sharding), everything else (step, FP8 scales and amax
+    histories: a few floats per layer) replicated."""
     abstract = jax.eval_shape(_init_fn(model, tx), jax.random.key(0))
-    params = param_shardings(model, mesh)
+    params = param_shardings(model, mesh) if params is None else params
     replicated = sharding.replicated(mesh)
     opt_shardings = optax.tree_map_params(
         tx,
