@@ -60,24 +60,11 @@ def _rows(job_dir):
 @pytest.mark.slow
 def test_two_processes_match_one(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
-    single = subprocess.run(
-        [sys.executable, "-m", "pax.main", *COMMON, f"--job_log_dir={one}"],
-        env=_env(8),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert single.returncode == 0, single.stderr[-2000:]
-    procs = _pair(two)
-    logs = [p.communicate(timeout=300)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
+    _one_process(one)
+    logs = _two_processes(two)
     # Same global batch (8 rows over 8 devices), same mesh: identical losses, and one set of
     # files written by process 0 only.
-    a, b = _rows(one), _rows(two)
-    assert [(r["split"], r["step"]) for r in a] == [(r["split"], r["step"]) for r in b]
-    for x, y in zip(a, b):
-        assert y["loss"] == pytest.approx(x["loss"], rel=1e-5)
+    _assert_same_losses(one, two)
     assert sorted(os.listdir(two / "checkpoints")) == ["checkpoint_00000002", "checkpoint_00000004"]
     assert "step 4/4" in logs[0] and "step 4/4" not in logs[1]
     assert "M parameters" in logs[0] and "M parameters" not in logs[1]  # the run header
@@ -87,14 +74,40 @@ def test_two_processes_match_one(tmp_path):
     # A damaged newest checkpoint on shared storage: both processes find it unreadable, agree,
     # and process 0 alone moves it aside (and says so); both resume from checkpoint 2.
     _truncate(two / "checkpoints" / "checkpoint_00000004")
-    procs = _pair(two, "--set=NUM_TRAIN_STEPS=5")
-    logs = [p.communicate(timeout=300)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
+    logs = _two_processes(two, "--set=NUM_TRAIN_STEPS=5")
     assert os.listdir(two / "checkpoints_damaged") == ["checkpoint_00000004"]
     assert "checkpoint_00000004 is damaged" in logs[0]
     assert "is damaged" not in logs[1]
     assert f"resumed from {two}/checkpoints/checkpoint_00000002" in logs[0]
     assert [r["step"] for r in _rows(two) if r["split"] == "train"][4:] == [3, 4, 5]
+
+
+def _one_process(job_dir, common=COMMON):
+    """pax.main alone on 8 devices, to the end."""
+    single = subprocess.run(
+        [sys.executable, "-m", "pax.main", *common, f"--job_log_dir={job_dir}"],
+        env=_env(8),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert single.returncode == 0, single.stderr[-2000:]
+
+
+def _two_processes(job_dir, *extra, common=COMMON):
+    """_pair run to the end, both exiting 0; their logs (stderr)."""
+    procs = _pair(job_dir, *extra, common=common)
+    logs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    return logs
+
+
+def _assert_same_losses(one, two):
+    a, b = _rows(one), _rows(two)
+    assert [(r["split"], r["step"]) for r in a] == [(r["split"], r["step"]) for r in b]
+    for x, y in zip(a, b):
+        assert y["loss"] == pytest.approx(x["loss"], rel=1e-5)
 
 
 def _pair(job_dir, *extra, common=COMMON):
@@ -166,9 +179,7 @@ def test_preemption_stops_every_process_at_one_step(tmp_path, signal_at):
     assert os.listdir(tmp_path / "checkpoints") == [f"checkpoint_{saved:08d}"]
     assert max(r["step"] for r in _rows(tmp_path) if r["split"] == "train") == saved
     if len(signal_at) == 1:  # and the job resumes there
-        procs = _pair(tmp_path, f"--set=NUM_TRAIN_STEPS={saved + 2}", common=long_run)
-        resumed = [p.communicate(timeout=300)[1] for p in procs]
-        assert [p.returncode for p in procs] == [0, 0], resumed[0][-3000:] + resumed[1][-3000:]
+        resumed = _two_processes(tmp_path, f"--set=NUM_TRAIN_STEPS={saved + 2}", common=long_run)
         assert f"resumed from {tmp_path}/checkpoints/checkpoint_{saved:08d}" in resumed[0]
 
 
@@ -206,19 +217,6 @@ def test_processes_sharing_a_batch_shard_feed_the_same_rows(tmp_path):
         "--set=CHECKPOINT_EVERY_N_STEPS=2",
     ]
     one, two = tmp_path / "one", tmp_path / "two"
-    single = subprocess.run(
-        [sys.executable, "-m", "pax.main", *mdl_across, f"--job_log_dir={one}"],
-        env=_env(8),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert single.returncode == 0, single.stderr[-2000:]
-    procs = _pair(two, common=mdl_across)
-    logs = [p.communicate(timeout=300)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
-    a, b = _rows(one), _rows(two)
-    assert [(r["split"], r["step"]) for r in a] == [(r["split"], r["step"]) for r in b]
-    for x, y in zip(a, b):
-        assert y["loss"] == pytest.approx(x["loss"], rel=1e-5)
+    _one_process(one, common=mdl_across)
+    _two_processes(two, common=mdl_across)
+    _assert_same_losses(one, two)
