@@ -37,3 +37,17 @@ def revision(root: Path | str | None = None) -> str | None:
     except GitError:
         return None
     return head + ("-dirty" if dirty else "")
+
+
+def blob(rev: str, path: str, root: Path | str | None = None) -> bytes:
+    """The bytes of `path` in commit `rev` (no newline translation); GitError when absent."""
+    try:
+        proc = subprocess.run(
+            ["git", "cat-file", "blob", f"{rev}:{path}"], cwd=root or REPO_ROOT, capture_output=True
+        )
+    except FileNotFoundError:
+        raise GitError("git is not installed") from None
+    if proc.returncode != 0:
+        lines = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise GitError(lines[-1] if lines else f"git cat-file exited {proc.returncode}")
+    return proc.stdout

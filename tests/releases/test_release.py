@@ -1,12 +1,16 @@
 """pax.releases.catalog, and the freeze guard over the committed releases."""
 
+import re
 import subprocess
+import tomllib
 
 import pytest
 
-from pax import lockfile
+from pax import git, lockfile
 from pax.releases import catalog as release
+from pax.releases import source
 
+ROOT = release.REPO_ROOT
 RELEASES = release.list_releases()
 LOCKS = [(r, p) for r in RELEASES for p in release.LOCK_PLATFORMS]
 
@@ -47,7 +51,17 @@ def test_looks_like_release():
 
 @pytest.mark.parametrize("rel", RELEASES, ids=lambda r: r.version)
 def test_release_toml_is_complete(rel):
-    for key in ("version", "date", "branch", "python", "base_image", "notes", "versions", "locks"):
+    for key in (
+        "version",
+        "date",
+        "branch",
+        "source",
+        "python",
+        "base_image",
+        "notes",
+        "versions",
+        "locks",
+    ):
         assert key in rel.meta, f"{rel.dir}/release.toml lacks {key}"
     assert rel.meta["branch"] == f"r{rel.version}"
     assert rel.dir.name == rel.version
@@ -78,6 +92,39 @@ def test_lock_pins_headline_versions_with_hashes(rel, platform):
 def test_constraints_file_matches_release_toml(rel):
     lines = [ln for ln in rel.constraints_file.read_text().splitlines() if ln and ln[0] != "#"]
     assert dict(ln.split("==") for ln in lines) == rel.pins
+
+
+@pytest.mark.parametrize("rel", RELEASES, ids=lambda r: r.version)
+def test_source_is_in_history_and_holds_the_locks(rel):
+    """release.toml's source is a commit of this history whose tree holds the release's locks
+    with the sha256 recorded in [locks]: the tree images of the release are built from."""
+    rev = source.recorded(rel)
+    assert rev and re.fullmatch("[0-9a-f]{40}", rev), f"{rel.dir}/release.toml: source {rev!r}"
+    if not source.has_commit(rev):
+        if subprocess.run(
+            ["git", "rev-parse", "--git-dir"], cwd=ROOT, capture_output=True
+        ).returncode:
+            pytest.skip("not a git checkout: no history to find the source in")
+        if source.is_shallow():
+            pytest.skip(f"shallow clone without {rev[:12]}: git fetch --unshallow to check it")
+        pytest.fail(f"release {rel.version}'s source {rev} is not in this repository")
+    assert source.require(rel) == rev
+    ancestor = subprocess.run(["git", "merge-base", "--is-ancestor", rev, "HEAD"], cwd=ROOT)
+    assert ancestor.returncode == 0, f"{rev} is not in HEAD's history"
+    recorded = {p: rel.recorded_sha256(p) for p in release.LOCK_PLATFORMS}
+    assert source.lock_sha256s(rel, rev) == recorded
+
+
+def test_releases_from_1_7_0_on_carry_their_number_as_the_package_version():
+    """The cut sets pyproject.toml's version to the release's (earlier sources said 1.4.0)."""
+    for rel in RELEASES:
+        rev = source.recorded(rel)
+        if release.version_key(rel.version) < release.version_key("1.7.0") or not (
+            rev and source.has_commit(rev)
+        ):
+            continue
+        meta = tomllib.loads(git.blob(rev, "pyproject.toml").decode())
+        assert meta["project"]["version"] == rel.version, f"{rel.version} at {rev[:12]}"
 
 
 def test_the_noxfile_imports_without_jax():
