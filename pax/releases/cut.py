@@ -1,4 +1,6 @@
-"""Cut a release: `./noxw -s release -- X.Y.Z [--skip-tests] [--base-image IMAGE]`.
+"""Cut a release: `./noxw -s release -- X.Y.Z [--skip-tests] [--base-image IMAGE]`;
+`./noxw -s release -- X.Y.Z --recreate` puts branch rX.Y.Z and tag vX.Y.Z back at the
+release's recorded source (a fresh clone has neither).
 
 1. refuse unless X.Y.Z is new (no releases/X.Y.Z, branch rX.Y.Z or tag vX.Y.Z) and the git
    tree is clean;
@@ -8,9 +10,12 @@
    matched set pip-compile resolves for requirements/; write them as the release's
    [versions] (and constraints.txt);
 4. compile the cpu, tpu and gpu locks with those pins (pax.releases.compile), record their sha256;
-5. regenerate the releases tables (pax.releases.readme);
+5. regenerate the releases tables (pax.releases.readme) and set pyproject.toml's version to
+   X.Y.Z, so the package a release's images install carries the release's number;
 6. run the test suite against the new release (`./noxw -s test -- X.Y.Z`);
-7. commit releases/X.Y.Z (and the tables), create branch rX.Y.Z and tag vX.Y.Z.
+7. commit releases/X.Y.Z, the tables and pyproject.toml: the cut commit, the release's source;
+8. a second commit writes `source = "<cut commit>"` into release.toml (a commit cannot name its
+   own hash); branch rX.Y.Z and tag vX.Y.Z point at the cut commit.
 
 Any failure before the commit removes releases/X.Y.Z and restores the tables: nothing is
 left half-written. The lock compile and the test run are parameters (`compile`, `run_tests`)
@@ -31,7 +36,7 @@ from pathlib import Path
 
 from pax import git, lockfile
 from pax.releases import compile as dist_lock
-from pax.releases import readme
+from pax.releases import readme, source
 from pax.releases.catalog import (
     BASE_IMAGE,
     HEADLINE,
@@ -40,6 +45,7 @@ from pax.releases.catalog import (
     PYTHON,
     REPO_ROOT,
     Release,
+    UnknownRelease,
     list_releases,
     load,
 )
@@ -168,7 +174,8 @@ def cut(
         base_image = (previous[-1].meta.get("base_image") if previous else None) or BASE_IMAGE
 
     directory = root / "releases" / version
-    tables = {p: p.read_text() for p in readme.marked_files(root)}
+    pyproject = root / "pyproject.toml"
+    tables = {p: p.read_text() for p in [*readme.marked_files(root), pyproject]}
     toml = directory / "release.toml"
     main_thread = threading.current_thread() is threading.main_thread()
     if main_thread:
@@ -196,10 +203,11 @@ def cut(
         release = load(directory)
         if {p: release.recorded_sha256(p) for p in LOCK_PLATFORMS} != shas:
             raise CutError("release: release.toml's [locks] do not match the compiled locks")
-        # 3. tables (and the release's CHANGELOG section), tests.
+        # 3. tables (and the release's CHANGELOG section), the package's version, tests.
         readme.add_changelog_section(root, version)
         for path in readme.refresh(root, readme.all_files(root)):
             log(f"release {version}: refreshed the releases tables in {path.relative_to(root)}")
+        pyproject.write_text(with_package_version(tables[pyproject], version))
         if skip_tests:
             log(f"release {version}: tests skipped (--skip-tests)")
         else:
@@ -208,7 +216,7 @@ def cut(
                 raise CutError(
                     f"release: tests failed against {version} (exit {code}); nothing was committed"
                 )
-        # 4. commit, branch, tag.
+        # 4. the cut commit.
         changed = [str(p.relative_to(root)) for p in tables if p.read_text() != tables[p]]
         _git(root, "add", "--", f"releases/{version}", *changed)
         _git(
@@ -227,11 +235,40 @@ def cut(
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, on_term if on_term is not None else signal.SIG_DFL)
-    _git(root, "branch", f"r{version}")
-    _git(root, "tag", "-a", f"v{version}", "-m", f"Pax {version}")
-    commit = _git(root, "rev-parse", "--short", "HEAD").strip()
-    log(f"release {version}: committed {commit}, branch r{version}, tag v{version}")
-    return release
+    # 5. the cut commit is the release's source: a second commit records it; branch and tag on it.
+    rev = _git(root, "rev-parse", "HEAD").strip()
+    try:
+        toml.write_text(source.with_source(toml.read_text(), rev))
+        _git(
+            root,
+            "commit",
+            "--quiet",
+            "-m",
+            f"release {version}: source {rev[:12]}",
+            "--",
+            str(toml),
+        )
+    except (OSError, CutError, source.SourceError) as err:
+        raise CutError(
+            f"release: {version} is committed as {rev[:12]} but its source is not recorded "
+            f'({err}); add source = "{rev}" to {toml.relative_to(root)} and commit it'
+        ) from None
+    source.recreate(version, root, log=lambda *_: None)
+    log(f"release {version}: source {rev[:12]}, branch r{version} and tag v{version} on it")
+    return load(directory)
+
+
+_PROJECT_VERSION_RE = re.compile(r'(?ms)^(\[project\]\n(?:(?!^\[).)*?^version\s*=\s*)"[^"\n]*"')
+
+
+def with_package_version(pyproject_text: str, version: str) -> str:
+    """pyproject.toml's text with [project] version = "<version>"."""
+    text, n = _PROJECT_VERSION_RE.subn(
+        lambda m: f'{m.group(1)}"{version}"', pyproject_text, count=1
+    )
+    if n != 1:
+        raise CutError('release: pyproject.toml has no [project] version = "..." line to set')
+    return text
 
 
 def _terminated(signum, frame):
@@ -250,18 +287,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="./noxw -s release --", description="Cut a release: locks, tests, commit, branch, tag."
     )
-    parser.add_argument("version", help="X.Y.Z, new")
+    parser.add_argument("version", help="X.Y.Z, new (with --recreate: a cut one)")
     parser.add_argument("--skip-tests", action="store_true", help="do not run the test suite")
     parser.add_argument(
         "--base-image",
         help="Dockerfile BASE_IMAGE default to record (default: the previous release's)",
     )
+    parser.add_argument(
+        "--recreate",
+        action="store_true",
+        help="make branch rX.Y.Z and tag vX.Y.Z at the release's recorded source (refused if "
+        "either points elsewhere); cuts nothing",
+    )
     return parser.parse_args(argv)
 
 
-def cut_from_args(argv: list[str] | None = None, root: Path | None = None, **kwargs) -> Release:
-    """cut() as `X.Y.Z [--skip-tests] [--base-image IMAGE]` asks (argparse exits 2 on bad ones)."""
+def cut_from_args(
+    argv: list[str] | None = None, root: Path | None = None, **kwargs
+) -> Release | str:
+    """cut() as `X.Y.Z [--skip-tests] [--base-image IMAGE]` asks, or with `--recreate` the
+    release's branch and tag (argparse exits 2 on bad arguments)."""
     args = parse_args(argv)
+    if args.recreate:
+        try:
+            return source.recreate(args.version, root, log=kwargs.get("log", print))
+        except (source.SourceError, UnknownRelease) as err:
+            raise CutError(f"release: {err}") from None
     return cut(args.version, root, skip_tests=args.skip_tests, base_image=args.base_image, **kwargs)
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from pax import lockfile
 from pax.releases import catalog as release
-from pax.releases import cut, readme
+from pax.releases import cut, readme, source
 
 ROOT = release.REPO_ROOT
 NEWEST = {
@@ -123,18 +123,25 @@ def test_cut_writes_locks_pins_tables_commit_branch_and_tag(clone):
     assert sorted(c[0] for c in fake.calls[1:]) == sorted(release.LOCK_PLATFORMS)
     assert all(c[1] == meta["versions"] and c[2] == "2027-03-04T05:06:07Z" for c in fake.calls[1:])
 
-    # One commit on top, holding the release and the refreshed tables; branch and tag on it.
-    head = git(clone, "rev-parse", "HEAD")
-    assert git(clone, "rev-parse", "HEAD~1") == before
-    assert git(clone, "log", "-1", "--format=%s") == "release 9.0.0"
-    committed = set(git(clone, "show", "--name-only", "--format=", "HEAD").splitlines())
+    # The cut commit holds the release, the refreshed tables and the package's new version; a
+    # second commit records it as the release's source. Branch and tag point at the cut commit.
+    cut_commit = git(clone, "rev-parse", "HEAD~1")
+    assert git(clone, "rev-parse", "HEAD~2") == before
+    assert git(clone, "log", "-1", "--format=%s", "HEAD~1") == "release 9.0.0"
+    committed = set(git(clone, "show", "--name-only", "--format=", "HEAD~1").splitlines())
     assert {
         f"releases/9.0.0/{n}"
         for n in ("release.toml", "constraints.txt", "cpu.txt", "tpu.txt", "gpu.txt")
     } <= committed
-    assert "releases/README.md" in committed
-    assert git(clone, "rev-parse", "r9.0.0") == head
-    assert git(clone, "rev-parse", "v9.0.0^{commit}") == head
+    assert {"releases/README.md", "pyproject.toml"} <= committed
+    project = tomllib.loads(git(clone, "show", f"{cut_commit}:pyproject.toml"))["project"]
+    assert project["version"] == "9.0.0"
+    assert git(clone, "show", "--name-only", "--format=", "HEAD") == "releases/9.0.0/release.toml"
+    assert meta["source"] == rel.meta["source"] == cut_commit
+    assert release.resolve("9.0.0", root=clone).meta["source"] == cut_commit
+    assert source.lock_sha256s(rel, cut_commit, root=clone) == meta["locks"]
+    assert git(clone, "rev-parse", "r9.0.0") == cut_commit
+    assert git(clone, "rev-parse", "v9.0.0^{commit}") == cut_commit
     assert git(clone, "cat-file", "-t", "v9.0.0") == "tag"  # annotated
     assert git(clone, "status", "--porcelain") == ""
 
@@ -252,6 +259,50 @@ def test_command_line_refusals_are_one_line(clone):
     assert exists.stderr.count("\n") == 1 and "exists already" in exists.stderr
     bad = run("1.5")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "X.Y.Z" in bad.stderr
+    assert run("1.4.0", "--recreate").returncode == 0
+    git(clone, "tag", "-f", "v1.4.0", "HEAD")
+    moved = run("1.4.0", "--recreate")
+    assert moved.returncode == 1 and moved.stderr.count("\n") == 1
+    assert "tag v1.4.0 points at" in moved.stderr
+
+
+def test_recreate_puts_branch_and_tag_back_at_the_source(clone):
+    rel = do_cut(clone)
+    rev = rel.meta["source"]
+    git(clone, "branch", "-D", "r9.0.0")
+    git(clone, "tag", "-d", "v9.0.0")
+    assert cut.cut_from_args(["9.0.0", "--recreate"], clone, log=lambda *_: None) == rev
+    assert git(clone, "rev-parse", "r9.0.0") == git(clone, "rev-parse", "v9.0.0^{commit}") == rev
+    assert cut.cut_from_args(["9.0.0", "--recreate"], clone, log=lambda *_: None) == rev  # no-op
+    # A release already cut, on a clone that never had its branch or tag.
+    old = release.resolve("1.4.0", root=clone).meta["source"]
+    source.recreate("1.4.0", clone, log=lambda *_: None)
+    assert git(clone, "rev-parse", "r1.4.0") == git(clone, "rev-parse", "v1.4.0^{commit}") == old
+
+
+@pytest.mark.parametrize("kind", ["branch", "tag"])
+def test_recreate_refuses_a_branch_or_tag_pointing_elsewhere(clone, kind):
+    do_cut(clone)
+    name = "r9.0.0" if kind == "branch" else "v9.0.0"
+    git(clone, kind, "-f", name, "HEAD")
+    with pytest.raises(cut.CutError, match=f"{kind} {name} points at .*, not its source"):
+        cut.cut_from_args(["9.0.0", "--recreate"], clone, log=lambda *_: None)
+
+
+def test_recreate_refuses_a_release_without_a_recorded_source(clone):
+    toml = clone / "releases" / "1.4.0" / "release.toml"
+    toml.write_text("".join(ln for ln in toml.read_text().splitlines(True) if "source" not in ln))
+    with pytest.raises(cut.CutError, match="1.4.0 names no source commit"):
+        cut.cut_from_args(["1.4.0", "--recreate"], clone, log=lambda *_: None)
+    with pytest.raises(cut.CutError, match="unknown release '9.9.9'"):
+        cut.cut_from_args(["9.9.9", "--recreate"], clone, log=lambda *_: None)
+
+
+def test_with_package_version_sets_the_project_version_only():
+    text = '[build-system]\nversion = "x"\n\n[project]\nname = "pax"\nversion = "1.6.0"\n'
+    assert cut.with_package_version(text, "1.7.0") == text.replace('"1.6.0"', '"1.7.0"')
+    with pytest.raises(cut.CutError, match="no .project. version"):
+        cut.with_package_version('[project]\nname = "pax"\n[tool.x]\nversion = "1"\n', "1.7.0")
 
 
 def test_cut_and_readme_import_without_jax():
