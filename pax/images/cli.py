@@ -10,7 +10,9 @@ they produce:
               temporary tag; `pax:<release>-<platform>` is tagged only when the build
               (including pip's hash check, pip check and the lock comparison) succeeded
   smoke       run the image offline on the tiny experiment and check the job directory
-  publish     push to HOST:PORT, move latest-<platform>, pull back by digest, re-verify
+  publish     over HTTPS to HOST:PORT with the Docker config's credentials: push under a
+              candidate tag, pull back by the registry's digest and verify, then move
+              <release>-<platform> and latest-<platform> to that manifest
 
     python -m pax.images build 1.4.0 tpu
     python -m pax.images smoke 1.4.0 tpu
@@ -59,6 +61,12 @@ def parser() -> argparse.ArgumentParser:
         if name == "publish":
             s.add_argument("--registry", required=True, help="HOST:PORT, e.g. 127.0.0.1:5000")
             s.add_argument("--image", help="default pax:RELEASE-PLATFORM")
+            s.add_argument(
+                "--ca-bundle",
+                type=Path,
+                help="CA certificates to trust; default /etc/docker/certs.d/HOST:PORT/ca.crt "
+                "when present, else the system's",
+            )
     return p
 
 
@@ -78,7 +86,7 @@ def run(argv: list[str], log=sys.stderr) -> object:
         )
     if a.cmd == "smoke":
         return smoke(a.release, a.platform, image=a.image, steps=a.steps, keep=a.keep, log=log)
-    return publish(a.release, a.platform, a.registry, image=a.image, log=log)
+    return publish(a.release, a.platform, a.registry, image=a.image, ca=a.ca_bundle, log=log)
 
 
 def run_command(command: str, args, usage: str, log=sys.stderr) -> object:

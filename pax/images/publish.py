@@ -1,12 +1,15 @@
-"""Publishing: push to a registry, move latest-<platform>, pull back by digest, re-verify (the
-environment against its lock, the SBOM against its label and the lock)."""
+"""Publishing, as a registry client: push under a unique candidate tag, read its digest from the
+registry (checked against the manifest bytes), pull back by that digest and verify it (labels,
+the environment against its lock, the SBOM against its label and the lock), and only then put
+the same manifest bytes under <release>-<platform> and latest-<platform>."""
 
 from __future__ import annotations
 
+import json
 import re
+import secrets
 import sys
-import urllib.error
-import urllib.request
+from pathlib import Path
 from typing import Optional
 
 from pax.images.engine import (
@@ -18,103 +21,149 @@ from pax.images.engine import (
     require_engine,
     verify_in_image,
 )
+from pax.images.registry import Registry, ca_bundle, credentials
 from pax.images.sbom import check_image as check_sbom
-from pax.images.wheelhouse import lock_path
+from pax.images.wheelhouse import lock_path, sha256_file
+
+REVISION_LABEL = "org.opencontainers.image.revision"
 
 
-def _registry_answers(registry: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{registry}/v2/", timeout=5) as r:
-            return r.status == 200
-    except urllib.error.HTTPError as e:
-        return e.code == 401  # answers, wants credentials
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+def client(registry: str, ca: Optional[Path] = None) -> Registry:
+    """The registry as publish talks to it: CA bundle and Docker-config credentials chosen."""
+    return Registry(registry, ca=ca_bundle(registry, ca), creds=credentials(registry))
 
 
-def registry_digest(registry: str, repo: str, tag: str) -> Optional[str]:
+def registry_digest(registry: str, repo: str, tag: str, ca: Optional[Path] = None):
     """The manifest digest the registry serves for repo:tag (None if it has none)."""
-    req = urllib.request.Request(
-        f"http://{registry}/v2/{repo}/manifests/{tag}",
-        method="HEAD",
-        headers={
-            "Accept": "application/vnd.docker.distribution.manifest.v2+json, "
-            "application/vnd.oci.image.manifest.v1+json"
-        },
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.headers.get("Docker-Content-Digest")
-    except (urllib.error.URLError, OSError):
-        return None
+    return client(registry, ca).digest(repo, tag)
 
 
-def _push(ref: str, registry: str) -> str:
+def _labels(image: str) -> dict:
+    out = docker("image", "inspect", "-f", "{{json .Config.Labels}}", image).stdout
+    return json.loads(out) or {}
+
+
+def check_labels(image: str, source: str, release: str, platform: str, lock: Path) -> dict:
+    """The pulled image's labels name this release, platform and lock, and the revision of the
+    image that was pushed."""
+    labels, revision = _labels(image), _labels(source).get(REVISION_LABEL, "")
+    want = {
+        "org.opencontainers.image.version": release,
+        "io.pax.platform": platform,
+        "io.pax.lock.sha256": sha256_file(lock),
+        REVISION_LABEL: revision,
+    }
+    wrong = [
+        f"{k}={labels.get(k, '(none)')!r}, want {v!r}"
+        for k, v in want.items()
+        if labels.get(k) != v
+    ]
+    if wrong or not revision:
+        raise ImageError(f"labels of {image}: {'; '.join(wrong) or 'no revision label'}")
+    return want
+
+
+def _push(ref: str, registry: str) -> None:
     r = docker("push", ref, check=False)
-    out = r.stdout + r.stderr
     if r.returncode != 0:
-        lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+        lines = [ln.strip() for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
         raise ImageError(
             f"registry {registry} refused the push of {ref}: "
             f"{lines[-1] if lines else 'exit ' + str(r.returncode)}"
         )
-    m = re.search(r"digest: (sha256:[0-9a-f]{64})", out)
-    if not m:
-        raise ImageError(f"docker push {ref} printed no digest")
-    return m.group(1)
+
+
+def _verify(by_digest: str, image: str, release: str, platform: str, lock: Path) -> tuple:
+    r = docker("pull", by_digest, check=False)
+    if r.returncode != 0:
+        raise ImageError(f"pull of {by_digest} failed: {(r.stderr or r.stdout).strip()}")
+    try:
+        check_labels(by_digest, image, release, platform, lock)
+        ids = [docker("image", "inspect", "-f", "{{.Id}}", i).stdout for i in (by_digest, image)]
+        if ids[0] != ids[1]:
+            raise ImageError(f"{by_digest} pulled back a different image than {image}")
+        report = verify_in_image(by_digest)
+        # The bill of materials, as pulled: its sha256 is the label's, its content the lock's.
+        return report, check_sbom(by_digest, lock, release, platform)
+    finally:
+        docker("rmi", by_digest, check=False)
+
+
+def _move_tags(reg: Registry, tags: list[str], body: bytes, media: str, before: dict) -> None:
+    """Put the verified manifest under each tag; if one is refused, put back what the earlier
+    ones served, so a failure leaves every tag where it was."""
+    moved = []
+    try:
+        for tag in tags:
+            reg.put_manifest(IMAGE_REPO, tag, body, media)
+            moved.append(tag)
+    except ImageError as e:
+        kept = []
+        for tag in moved:
+            if before[tag]:
+                reg.put_manifest(IMAGE_REPO, tag, before[tag][1], before[tag][2])
+            else:
+                kept.append(tag)  # no API removes a tag alone on every registry
+        note = f"; {', '.join(kept)} had no manifest before and now names the verified one"
+        raise ImageError(f"{e}{note if kept else ''}") from None
+
+
+def _delete_candidate(reg: Registry, tag: str) -> bool:
+    try:
+        return reg.delete_tag(IMAGE_REPO, tag)
+    except ImageError:  # never hides why publish stopped; the candidate tag names no release
+        return False
 
 
 def publish(
-    release: str, platform: str, registry: str, image: Optional[str] = None, log=sys.stderr
+    release: str,
+    platform: str,
+    registry: str,
+    image: Optional[str] = None,
+    ca: Optional[Path] = None,
+    log=sys.stderr,
 ) -> dict:
-    """Push pax:<release>-<platform> and move latest-<platform>; pull back by digest; verify."""
+    """Push pax:<release>-<platform> under a candidate tag, verify what the registry serves,
+    then move <release>-<platform> and latest-<platform> to it."""
     lock = lock_path(release, platform)
     if not re.fullmatch(r"[A-Za-z0-9.-]+(:\d+)?", registry or ""):
         raise ImageError(
             f"bad --registry {registry!r}: write HOST:PORT, e.g. 127.0.0.1:5000", usage=True
         )
+    reg = client(registry, ca)
     require_engine()
     image = image or image_ref(release, platform)
     if not image_exists(image):
         raise ImageError(
             f"image {image} not found; build it with ./noxw -s build -- {release} {platform}"
         )
-    if not _registry_answers(registry):
-        raise ImageError(
-            f"registry {registry} does not answer at http://{registry}/v2/; start one "
-            f"with ci/registry.sh start"
-        )
+    reg.check_access()
+    tags = [f"{release}-{platform}", f"latest-{platform}"]
+    before = {tag: reg.manifest(IMAGE_REPO, tag) for tag in tags}
+    candidate = f"{release}-{platform}-candidate-{secrets.token_hex(6)}"
     remote = f"{registry}/{IMAGE_REPO}"
-    versioned, latest = f"{remote}:{release}-{platform}", f"{remote}:latest-{platform}"
-    docker("tag", image, versioned)
-    docker("tag", image, latest)
+    docker("tag", image, f"{remote}:{candidate}")
     try:
-        digest = _push(versioned, registry)
-        latest_digest = _push(latest, registry)
+        _push(f"{remote}:{candidate}", registry)
+        served = reg.manifest(IMAGE_REPO, candidate)
+        if served is None:
+            raise ImageError(f"registry {registry} has no {IMAGE_REPO}:{candidate} after the push")
+        digest, body, media = served
+        report, bom = _verify(f"{remote}@{digest}", image, release, platform, lock)
+        _move_tags(reg, tags, body, media, before)
     finally:
-        docker("rmi", versioned, latest, check=False)
-    if latest_digest != digest:
-        raise ImageError(f"latest-{platform} points at {latest_digest}, not {digest}")
-    for tag in (f"{release}-{platform}", f"latest-{platform}"):
-        served = registry_digest(registry, IMAGE_REPO, tag)
-        if served != digest:
-            raise ImageError(
-                f"registry {registry} serves {served} for {IMAGE_REPO}:{tag}, pushed {digest}"
-            )
-    by_digest = f"{remote}@{digest}"
-    r = docker("pull", by_digest, check=False)
-    if r.returncode != 0:
-        raise ImageError(f"pull of {by_digest} failed: {(r.stderr or r.stdout).strip()}")
-    try:
-        if (
-            docker("image", "inspect", "-f", "{{.Id}}", by_digest).stdout
-            != docker("image", "inspect", "-f", "{{.Id}}", image).stdout
-        ):
-            raise ImageError(f"{by_digest} pulled back a different image than {image}")
-        report = verify_in_image(by_digest)
-        # The bill of materials, as pulled: its sha256 is the label's, its content the lock's.
-        bom = check_sbom(by_digest, lock, release, platform)
-    finally:
-        docker("rmi", by_digest, check=False)
-    print(f"pax images: published {versioned} and {latest} at {digest}", file=log)
-    return {"digest": digest, "refs": [versioned, latest], "verify": report, "sbom": bom}
+        docker("rmi", f"{remote}:{candidate}", check=False)
+        deleted = _delete_candidate(reg, candidate)
+    for tag in tags:
+        if reg.digest(IMAGE_REPO, tag) != digest:
+            raise ImageError(f"registry {registry} does not serve {digest} for {IMAGE_REPO}:{tag}")
+    refs = [f"{remote}:{tag}" for tag in tags]
+    print(f"pax images: published {' and '.join(refs)} at {digest}", file=log)
+    return {
+        "digest": digest,
+        "refs": refs,
+        "before": {tag: found[0] if found else None for tag, found in before.items()},
+        "candidate": {"tag": candidate, "deleted": deleted},
+        "verify": report,
+        "sbom": bom,
+    }
