@@ -69,13 +69,12 @@ def _in_env(session: nox.Session, module: str, defaults=None, platform=True, or_
 def test(session: nox.Session) -> None:
     """pytest in a release's CPU env: `test -- [RELEASE] [--full (adds the slow tier)] [ARGS]`."""
     args = list(session.posargs)
-    release = _release(session, args)
-    env = _env(session, release, "cpu")
-    runner = test_runner.ensure(env, log=session.log)
+    env = _env(session, _release(session, args), "cpu")
+    with _errors(session, RuntimeError):
+        variables = test_runner.prepare(env, log=session.log)
     # Tests choose their own devices (conftest sets XLA_FLAGS before jax loads).
     targets = [] if any(Path(a.split("::")[0]).exists() for a in args) else ["tests"]
     args = [*targets, *test_runner.pytest_args(args), *args]
-    variables = test_runner.session_env(env, runner)
     session.run(str(env.python), "-m", "pytest", *args, env=variables, external=True)
 
 
@@ -237,9 +236,10 @@ def tutorial(session: nox.Session) -> None:
     """Run docs/tutorial.ipynb in a release's CPU env, storing its outputs: `tutorial -- [RELEASE]`."""
     env = _env(session, _release(session, list(session.posargs)), "cpu")
     # The notebook runs on the one CPU device a reader has, not on virtual devices.
-    run_env = {**env.session_env(), "XLA_FLAGS": ""}
-    execute, notebook = env.python.parent / "jupyter-execute", ROOT / "docs" / "tutorial.ipynb"
-    session.run(execute, "--inplace", "--timeout=3000", notebook, env=run_env, external=True)
+    with _errors(session, RuntimeError):
+        run_env = {**test_runner.prepare(env, log=session.log), "XLA_FLAGS": ""}
+    execute = [env.python, *test_runner.JUPYTER_EXECUTE, "--inplace", "--timeout=3000"]
+    session.run(*execute, ROOT / "docs" / "tutorial.ipynb", env=run_env, external=True)
 
 
 @nox.session(venv_backend="none")

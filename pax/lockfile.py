@@ -4,7 +4,7 @@
 - pip-compile lockfiles with hashes (`parse_lockfile`: canonical name -> version + hashes),
 - wheel filenames (`parse_wheel_filename`),
 - what an environment has installed, and how that differs from a lock (`installed`,
-  `installed_in`, `differences`).
+  `installed_in`, `differences`), and where two locks disagree (`disagreements`).
 
 Standard library only, so the trainer (pax.envinfo), the distribution packages in the tools
 venv and an image's runtime venv all read packages the same way; `python -I lockfile.py` lists
@@ -164,6 +164,12 @@ def differences(have: dict[str, str], locked: dict[str, str], ignore=("pax",)) -
             kind = "extra" if want is None else "missing" if got is None else "changed"
             rows.append({"package": name, "locked": want, "installed": got, "kind": kind})
     return rows
+
+
+def disagreements(ours: dict[str, str], theirs: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """name -> (ours, theirs) for each package both sets name at different versions."""
+    shared = sorted(set(ours) & set(theirs))
+    return {n: (ours[n], theirs[n]) for n in shared if ours[n] != theirs[n]}
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["installed"]:

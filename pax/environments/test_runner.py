@@ -1,57 +1,109 @@
-"""pytest-xdist beside a release env, so `./noxw -s test` spreads test files over the cores.
+"""The test tools beside a release's cpu env: `.venv/pax-<release>-cpu.test-runner`, put on the
+test and tutorial sessions' PYTHONPATH after the checkout, so the env itself stays exactly its lock.
 
-Compiling a test's programs keeps one core busy and leaves the others idle, so workers are
-what makes the suite fast. The plugin is locked on its own (requirements/test-runner.txt, no
-dependencies: pytest is the release's) and installed into `.venv/pax-<release>-cpu.test-runner`,
-put on the test session's PYTHONPATH: the release env itself stays exactly its lock.
+A release with a test lock (releases/<v>/test.txt: pytest, pytest-xdist, the notebook tools,
+compiled against the release's cpu lock) gets the packages that lock adds to the cpu lock; those
+both name are the env's own, and must be at the same versions (checked before anything is
+installed). An older release's cpu lock holds the tools itself, and only pytest-xdist comes from
+requirements/test-runner.txt (no dependencies: pytest is the release's).
+
+Compiling a test's programs keeps one core busy and leaves the others idle, so xdist's workers
+are what makes the suite fast.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
 from pax import lockfile
-from pax.environments.venv import Env
+from pax.environments.venv import Env, locked
 from pax.pip import pip_env, pip_python, uv_binary, uv_env
 from pax.releases.catalog import REPO_ROOT
 
-LOCK = REPO_ROOT / "requirements" / "test-runner.txt"
+LOCK = REPO_ROOT / "requirements" / "test-runner.txt"  # releases without a test lock
 STAMP = "test-runner-lock.sha256"
+INSTALLED = "test-runner.txt"  # what the folder holds, as the hashed requirements installed
 MAX_WORKERS = 4  # each worker holds its own jax, compilation and shared tiny run
+# `jupyter-execute` as the env's python runs it: its script lies in the env (older releases) or
+# in the tools folder, whose scripts name the env's python by absolute path.
+JUPYTER_EXECUTE = ("-c", "import sys; from nbclient.cli import main; sys.exit(main())")
+
+
+class ToolsError(RuntimeError):
+    """The test tools could not be installed beside the env."""
 
 
 def path(env: Env) -> Path:
     return env.path.with_name(env.path.name + ".test-runner")
 
 
-def ensure(env: Env, log=print) -> Path:
-    """The plugin folder for `env`, (re)installed when its lock changed; whole or absent."""
-    target = path(env)
-    sha = lockfile.sha256_file(LOCK)
-    if (target / STAMP).is_file() and (target / STAMP).read_text().strip() == sha:
-        return target
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    args = ["--target", str(partial), "--no-deps", "--require-hashes", "-r", str(LOCK)]
+def requirements(env: Env) -> str:
+    """The hashed requirements the folder beside `env` holds: the test lock less what the cpu
+    lock pins (TestLockMismatch where the two disagree), or the xdist lock for older releases."""
+    if env.release.test_lock is None:
+        return LOCK.read_text()
+    env.release.check_test_lock()
+    product = lockfile.versions(lockfile.parse_lockfile(env.lockfile))
+    tools = lockfile.parse_lockfile(env.release.test_lock)
+    lines = [f"# releases/{env.release.dir.name}/test.txt less what cpu.txt pins"]
+    for name, pin in sorted(tools.items()):
+        if name not in product:
+            lines.append(f"{name}=={pin.version} " + " ".join(f"--hash={h}" for h in pin.hashes))
+    return "\n".join(lines) + "\n"
+
+
+def install(python: Path, requirements_file: Path, target: Path) -> str:
+    """Hashed requirements, without dependencies, into the folder `target` for `python`; returns
+    the installer used (uv where the tools venv has it, pip otherwise)."""
+    args = ["--target", str(target), "--no-deps", "--require-hashes", "-r", str(requirements_file)]
     uv = uv_binary()
     if uv:
-        command = [uv, "pip", "install", "--no-config", "--quiet", "--python", str(env.python)]
+        command = [uv, "pip", "install", "--no-config", "--quiet", "--python", str(python)]
         subprocess.run(command + args, check=True, env=uv_env())
-    else:
-        command = [pip_python(), "-m", "pip", "--python", str(env.python), "install", "--quiet"]
-        subprocess.run(command + args, check=True, env=pip_env())
-    (partial / STAMP).write_text(sha + "\n")
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(partial, target)
-    log(f"test runner: {', '.join(sorted(lockfile.versions(lockfile.parse_lockfile(LOCK))))}")
+        return "uv"
+    command = [pip_python(), "-m", "pip", "--python", str(python), "install", "--quiet"]
+    subprocess.run(command + args, check=True, env=pip_env())
+    return "pip"
+
+
+def ensure(env: Env, log=print, install=install) -> Path:
+    """The tools folder for `env`, (re)installed when what it should hold changed; whole or absent:
+    it is filled under another name and renamed, so a killed install leaves no half folder."""
+    target = path(env)
+    with locked(target):
+        text = requirements(env)
+        sha = hashlib.sha256(text.encode()).hexdigest()
+        if (target / STAMP).is_file() and (target / STAMP).read_text().strip() == sha:
+            return target
+        partial = target.with_name(target.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        (partial / INSTALLED).write_text(text)
+        if lockfile.parse_lockfile_text(text):
+            try:
+                install(env.python, partial / INSTALLED, partial)
+            except subprocess.CalledProcessError as err:
+                raise ToolsError(f"installing the test tools beside {env.path.name} failed: {err}")
+        (partial / STAMP).write_text(sha + "\n")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(partial, target)
+    names = sorted(lockfile.versions(lockfile.parse_lockfile_text(text)))
+    log(f"test runner: {len(names)} packages beside {env.path.name}: {', '.join(names)}")
     return target
 
 
+def prepare(env: Env, log=print) -> dict[str, str]:
+    """The session variables of `env` with its test tools beside it: TestLockMismatch or
+    ToolsError (both RuntimeErrors, one line each) where that cannot be."""
+    return session_env(env, ensure(env, log))
+
+
 def session_env(env: Env, runner: Path) -> dict[str, str]:
-    """The release env's session variables with the plugin folder after the checkout."""
+    """The release env's session variables with the tools folder after the checkout."""
     variables = env.session_env()
     variables["PYTHONPATH"] = f"{variables['PYTHONPATH']}{os.pathsep}{runner}"
     return variables

@@ -147,8 +147,8 @@ def _pip(python: Path, *args: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
-    """Serialise sessions that build or check the same env (e.g. test and train at once)."""
+def locked(path: Path):
+    """Serialise sessions that build or check one env or folder (e.g. test and train at once)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / f"{path.name}.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -157,7 +157,7 @@ def _locked(path: Path):
 
 def ensure(release: Release, platform: str, root: Path | None = None, log=print) -> Env:
     """Create (or reuse) and verify the env for (release, platform)."""
-    with _locked(env_path(release, platform, root)):
+    with locked(env_path(release, platform, root)):
         return _ensure(release, platform, root, log)
 
 

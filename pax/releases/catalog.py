@@ -9,6 +9,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from pax import lockfile
 from pax.lockfile import sha256_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +20,11 @@ PYTHON = "3.11"
 # Python), and the one ci/base-image.sh builds offline, which `nox -s build` uses by default.
 BASE_IMAGE = f"python:{PYTHON}-slim-bookworm"
 LOCAL_BASE_IMAGE = "pax-base:bookworm"
-LOCK_PLATFORMS = ("cpu", "tpu", "gpu")  # one lockfile each per release
+LOCK_PLATFORMS = ("cpu", "tpu", "gpu")  # one lockfile each per release: what the trainer runs on
+# Test and notebook tools, locked beside the product locks (agreeing with the cpu lock on what both
+# name) so those stay the trainer's alone. Releases up to 1.6.0 have none: their cpu lock holds them.
+TEST_LOCK = "test"
+LOCKS = (*LOCK_PLATFORMS, TEST_LOCK)  # the files a release.toml's [locks] can record
 IMAGE_PLATFORMS = ("tpu", "gpu")  # one container image each per release (cpu: the venvs)
 NIGHTLY = "nightly"  # today's newest, compiled into git-ignored releases/nightly/
 HEADLINE = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "tensorstore")
@@ -36,6 +41,10 @@ class UnknownRelease(LookupError):
 class UnknownPlatform(LookupError):
     def __init__(self, name: str):
         super().__init__(f"unknown platform {name!r}; platforms: {', '.join(LOCK_PLATFORMS)}")
+
+
+class TestLockMismatch(RuntimeError):
+    """A release's test lock pins a package the cpu lock also pins at another version."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,15 +72,37 @@ class Release:
         return text.replace("+00:00", "Z")
 
     def lockfile(self, platform: str) -> Path:
-        if platform not in LOCK_PLATFORMS:
+        """releases/<v>/<platform>.txt; `TEST_LOCK` names the test tools' lock."""
+        if platform not in LOCKS:
             raise UnknownPlatform(platform)
         return self.dir / f"{platform}.txt"
+
+    @property
+    def test_lock(self) -> Path | None:
+        """The test tools' lock, or None where the cpu lock carries them (the older layout)."""
+        path = self.lockfile(TEST_LOCK)
+        return path if path.is_file() else None
 
     def recorded_sha256(self, platform: str) -> str | None:
         return self.meta.get("locks", {}).get(platform)
 
     def lock_sha256(self, platform: str) -> str:
         return sha256_file(self.lockfile(platform))
+
+    def check_test_lock(self) -> None:
+        """TestLockMismatch unless the test lock pins each package it shares with the cpu lock at
+        the cpu lock's version: the test tools sit beside the cpu env and import its packages."""
+        if self.test_lock is None:
+            return
+        product = lockfile.versions(lockfile.parse_lockfile(self.lockfile("cpu")))
+        tools = lockfile.versions(lockfile.parse_lockfile(self.test_lock))
+        differ = lockfile.disagreements(product, tools)
+        if differ:
+            listed = ", ".join(f"{n} {t} (cpu.txt {c})" for n, (c, t) in differ.items())
+            raise TestLockMismatch(
+                f"releases/{self.dir.name}/test.txt disagrees with cpu.txt on {len(differ)} "
+                f"package(s): {listed}; relock both: ./noxw -s lock -- {self.version} cpu test"
+            )
 
     @property
     def constraints_file(self) -> Path:

@@ -1,4 +1,5 @@
-"""Compile a release's lockfiles: requirements/<platform>.in + the release's pins -> releases/<v>/<platform>.txt."""
+"""Compile a release's lockfiles: requirements/<platform>.in + the release's pins -> releases/<v>/<platform>.txt,
+and requirements/test.in constrained by the release's cpu lock -> releases/<v>/test.txt."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from pathlib import Path
 from pax import lockfile
 from pax.pip import pip_env, uv_binary, uv_env
 from pax.releases.catalog import (
-    LOCK_PLATFORMS,
+    LOCKS,
     NIGHTLY,
     PYTHON,
     REPO_ROOT,
+    TEST_LOCK,
     Release,
     load,
     pop_release,
@@ -62,6 +64,10 @@ def compile_command(release: Release, platform: str, root: Path) -> list[str]:
     ]
     if release.pins:
         cmd += ["-c", str(release.constraints_file.relative_to(root))]
+    if platform == TEST_LOCK:
+        # The test tools run beside the cpu env and import its packages: the ones both name
+        # are pinned to the cpu lock's versions, so the product lock alone decides them.
+        cmd += ["-c", str(release.lockfile("cpu").relative_to(root))]
     # fast-deps reads each wheel's metadata with HTTP range requests: this index publishes no
     # separate metadata files (PEP 658), and without it pip downloads every wheel it considers
     # (~3 GB of CUDA wheels for the gpu lock); hashes come from the index links (pip_compile.py).
@@ -100,7 +106,7 @@ def record_shas(release: Release, shas: dict[str, str]) -> None:
     known.update(shas)
     head = path.read_text().split("\n[locks]")[0].rstrip("\n")
     lines = [head, "", "[locks]  # sha256 of each lockfile; frozen once the release is cut"]
-    lines += [f'{p} = "{known[p]}"' for p in LOCK_PLATFORMS if p in known]
+    lines += [f'{p} = "{known[p]}"' for p in LOCKS if p in known]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -122,33 +128,50 @@ def lock(
     log=print,
     compile=compile_one,
 ) -> dict[str, str]:
-    """Compile the release's locks (in parallel), record their sha256, check the headline pins.
+    """Compile the release's locks (the platforms in parallel, then the test lock, which the cpu
+    lock constrains), record their sha256, check the headline pins and the test lock's agreement.
 
     `compile(release, platform, root) -> (sha256, seconds, state)` writes one lockfile; tests
     pass a fake one (pax.releases.cut's tests) so no index is needed.
     """
     root = root or REPO_ROOT
-    platforms = list(platforms or LOCK_PLATFORMS)
+    names = list(platforms or LOCKS)
+    products = [p for p in names if p != TEST_LOCK]
     if release.pins:
         write_constraints(release)
     log(
-        f"locking {release.version} for {', '.join(platforms)}"
+        f"locking {release.version} for {', '.join(names)}"
         + (f" (index as of {release.resolved_before})" if release.resolved_before else "")
     )
+    if TEST_LOCK in names and "cpu" not in products and not release.lockfile("cpu").is_file():
+        raise RuntimeError(
+            f"the test lock is constrained by the cpu lock, which {release.version} lacks; "
+            f"lock both: ./noxw -s lock -- {release.version} cpu test"
+        )
     shas = {}
-    with concurrent.futures.ThreadPoolExecutor(len(platforms)) as pool:
-        futures = {p: pool.submit(compile, release, p, root) for p in platforms}
-        for platform, future in futures.items():
-            sha, took, state = future.result()
-            shas[platform] = sha
-            log(f"  {platform}.txt  {state:9s} {took:5.0f}s  sha256 {sha}")
+
+    def record(name: str, result: tuple[str, float, str]) -> None:
+        sha, took, state = result
+        shas[name] = sha
+        log(f"  {name}.txt  {state:9s} {took:5.0f}s  sha256 {sha}")
+
+    if products:
+        with concurrent.futures.ThreadPoolExecutor(len(products)) as pool:
+            futures = {p: pool.submit(compile, release, p, root) for p in products}
+            for platform, future in futures.items():
+                record(platform, future.result())
+    if TEST_LOCK in names:
+        record(TEST_LOCK, compile(release, TEST_LOCK, root))
     record_shas(release, shas)
-    headline = lockfile.versions(lockfile.parse_lockfile(release.lockfile(platforms[0])))
-    for name, want in release.pins.items():
-        if headline.get(name) != want:
-            raise RuntimeError(
-                f"{platforms[0]} lock has {name}=={headline.get(name)}, pin says {want}"
-            )
+    if products:
+        headline = lockfile.versions(lockfile.parse_lockfile(release.lockfile(products[0])))
+        for name, want in release.pins.items():
+            if headline.get(name) != want:
+                raise RuntimeError(
+                    f"{products[0]} lock has {name}=={headline.get(name)}, pin says {want}"
+                )
+    if TEST_LOCK in names:
+        release.check_test_lock()
     return shas
 
 
@@ -162,18 +185,16 @@ def main(args: list[str], root: Path | None = None, log=print) -> None:
     root = root or REPO_ROOT
     if not args:
         raise LockUsage(
-            "lock: name a release, e.g. `./noxw -s lock -- 1.4.0 [cpu tpu gpu]`, "
+            "lock: name a release, e.g. `./noxw -s lock -- 1.4.0 [cpu tpu gpu test]`, "
             "`-- nightly` or `-- tools`"
         )
     name, platforms = args[0], list(args[1:])
     if name == "tools":
         lock_tools(root, log=log)
         return
-    bad = [p for p in platforms if p not in LOCK_PLATFORMS]
+    bad = [p for p in platforms if p not in LOCKS]
     if bad:
-        raise LockUsage(
-            f"lock: unknown platform(s) {' '.join(bad)}; platforms: {', '.join(LOCK_PLATFORMS)}"
-        )
+        raise LockUsage(f"lock: unknown lock(s) {' '.join(bad)}; locks: {', '.join(LOCKS)}")
     release = make_nightly(root) if name == NIGHTLY else pop_release([name])
     lock(release, platforms or None, root, log=log)
 

@@ -9,7 +9,8 @@ release's recorded source (a fresh clone has neither).
 3. compile the cpu lock without pins and read the headline versions out of it: the newest
    matched set pip-compile resolves for requirements/; write them as the release's
    [versions] (and constraints.txt);
-4. compile the cpu, tpu and gpu locks with those pins (pax.releases.compile), record their sha256;
+4. compile the cpu, tpu and gpu locks with those pins, then the test tools' lock against the cpu
+   one (pax.releases.compile), record their sha256;
 5. regenerate the releases tables (pax.releases.readme) and set pyproject.toml's version to
    X.Y.Z, so the package a release's images install carries the release's number;
 6. run the test suite against the new release (`./noxw -s test -- X.Y.Z`);
@@ -41,7 +42,7 @@ from pax.releases.catalog import (
     BASE_IMAGE,
     HEADLINE,
     LOCAL_BASE_IMAGE,
-    LOCK_PLATFORMS,
+    LOCKS,
     PYTHON,
     REPO_ROOT,
     Release,
@@ -197,11 +198,11 @@ def cut(
             )
         pins = {n: resolved[n] for n in HEADLINE}
         log("release {}: pins {}".format(version, ", ".join(f"{n}=={v}" for n, v in pins.items())))
-        # 2. the three locks with those pins (constraints.txt written, sha256 recorded, pins checked).
+        # 2. the locks with those pins (constraints.txt written, sha256 recorded, pins checked).
         toml.write_text(render_release_toml(version, today, python, base_image, now, pins))
-        shas = dist_lock.lock(load(directory), list(LOCK_PLATFORMS), root, log=log, compile=compile)
+        shas = dist_lock.lock(load(directory), list(LOCKS), root, log=log, compile=compile)
         release = load(directory)
-        if {p: release.recorded_sha256(p) for p in LOCK_PLATFORMS} != shas:
+        if {p: release.recorded_sha256(p) for p in LOCKS} != shas:
             raise CutError("release: release.toml's [locks] do not match the compiled locks")
         # 3. tables (and the release's CHANGELOG section), the package's version, tests.
         readme.add_changelog_section(root, version)

@@ -18,7 +18,7 @@ import tarfile
 from pathlib import Path
 
 from pax import git
-from pax.releases.catalog import LOCK_PLATFORMS, Release, resolve
+from pax.releases.catalog import LOCK_PLATFORMS, TEST_LOCK, Release, resolve
 
 # What a pax wheel is built from (pyproject.toml's package, its readme and licence).
 PACKAGE_PATHS = ("pax", "pyproject.toml", "README.md", "LICENSE")
@@ -76,7 +76,8 @@ def require(release: Release, root: Path | None = None) -> str:
 def lock_sha256s(release: Release, rev: str, root: Path | None = None) -> dict[str, str | None]:
     """sha256 of each of the release's locks as commit `rev` holds them (None: not there)."""
     shas: dict[str, str | None] = {}
-    for platform in LOCK_PLATFORMS:
+    tests = [TEST_LOCK] if TEST_LOCK in release.meta.get("locks", {}) else []  # none up to 1.6.0
+    for platform in [*LOCK_PLATFORMS, *tests]:
         try:
             data = git.blob(rev, f"releases/{release.version}/{platform}.txt", root=root)
         except git.GitError:

@@ -51,7 +51,10 @@ def test_pop_release_and_platform():
 
 @pytest.mark.parametrize(
     "args, message",
-    [([], "lock: name a release"), (["1.6.0", "cpu", "arm"], "unknown platform.s. arm")],
+    [
+        ([], "lock: name a release"),
+        (["1.6.0", "cpu", "arm"], "unknown lock.s. arm; locks: cpu, tpu, gpu, test"),
+    ],
 )
 def test_lock_usage(args, message):
     with pytest.raises(locks.LockUsage, match=message):

@@ -97,6 +97,7 @@ def test_cut_writes_locks_pins_tables_commit_branch_and_tag(clone):
         "cpu.txt",
         "gpu.txt",
         "release.toml",
+        "test.txt",
         "tpu.txt",
     ]
     meta = tomllib.loads((directory / "release.toml").read_text())
@@ -108,7 +109,7 @@ def test_cut_writes_locks_pins_tables_commit_branch_and_tag(clone):
     assert meta["notes"].strip()
     # The headline versions are those the unpinned cpu compile resolved, numpy is not one.
     assert meta["versions"] == {n: NEWEST[n] for n in release.HEADLINE}
-    for platform in release.LOCK_PLATFORMS:
+    for platform in release.LOCKS:
         assert meta["locks"][platform] == lockfile.sha256_file(directory / f"{platform}.txt")
     constraints = [
         ln for ln in (directory / "constraints.txt").read_text().splitlines() if ln and ln[0] != "#"
@@ -118,9 +119,11 @@ def test_cut_writes_locks_pins_tables_commit_branch_and_tag(clone):
     assert loaded.pins == rel.pins == meta["versions"]
     assert loaded.resolved_before == "2027-03-04T05:06:07Z"
 
-    # First the cpu lock without pins, then all three with the pins; all at the cut-off.
+    # First the cpu lock without pins, then all three with the pins and the test tools' lock
+    # after them (the cpu lock constrains it); all at the cut-off.
     assert fake.calls[0] == ("cpu", {}, "2027-03-04T05:06:07Z")
-    assert sorted(c[0] for c in fake.calls[1:]) == sorted(release.LOCK_PLATFORMS)
+    assert sorted(c[0] for c in fake.calls[1:]) == sorted(release.LOCKS)
+    assert fake.calls[-1][0] == release.TEST_LOCK
     assert all(c[1] == meta["versions"] and c[2] == "2027-03-04T05:06:07Z" for c in fake.calls[1:])
 
     # The cut commit holds the release, the refreshed tables and the package's new version; a
@@ -131,7 +134,7 @@ def test_cut_writes_locks_pins_tables_commit_branch_and_tag(clone):
     committed = set(git(clone, "show", "--name-only", "--format=", "HEAD~1").splitlines())
     assert {
         f"releases/9.0.0/{n}"
-        for n in ("release.toml", "constraints.txt", "cpu.txt", "tpu.txt", "gpu.txt")
+        for n in ("release.toml", "constraints.txt", "cpu.txt", "tpu.txt", "gpu.txt", "test.txt")
     } <= committed
     assert {"releases/README.md", "pyproject.toml"} <= committed
     project = tomllib.loads(git(clone, "show", f"{cut_commit}:pyproject.toml"))["project"]

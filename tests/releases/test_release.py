@@ -12,7 +12,13 @@ from pax.releases import source
 
 ROOT = release.REPO_ROOT
 RELEASES = release.list_releases()
-LOCKS = [(r, p) for r in RELEASES for p in release.LOCK_PLATFORMS]
+PRODUCT_LOCKS = [(r, p) for r in RELEASES for p in release.LOCK_PLATFORMS]
+# The test tools' lock wherever a release has one or records one (none up to 1.6.0).
+TEST_LOCKS = [
+    (r, release.TEST_LOCK) for r in RELEASES if r.test_lock or release.TEST_LOCK in r.meta["locks"]
+]
+LOCKS = PRODUCT_LOCKS + TEST_LOCKS
+TEST_TOOLS = ("pytest", "pytest-xdist", "nbclient", "ipykernel", "jupyter-client", "jsonschema")
 
 
 def test_releases_are_found_oldest_first():
@@ -80,12 +86,33 @@ def test_lock_is_frozen(rel, platform):
 
 
 @pytest.mark.parametrize("rel,platform", LOCKS, ids=lambda x: getattr(x, "version", x))
-def test_lock_pins_headline_versions_with_hashes(rel, platform):
+def test_lock_pins_with_hashes(rel, platform):
     pins = lockfile.parse_lockfile(rel.lockfile(platform))
-    assert {n: pins[n].version for n in rel.pins if n in pins} == rel.pins
+    if platform in release.LOCK_PLATFORMS:
+        assert {n: pins[n].version for n in rel.pins if n in pins} == rel.pins
     assert all(p.hashes for p in pins.values()), "every pin carries hashes"
     text = rel.lockfile(platform).read_text()
     assert "://" not in text and "--index-url" not in text, "no index URLs in a lock"
+
+
+@pytest.mark.parametrize("rel", RELEASES, ids=lambda r: r.version)
+def test_product_locks_hold_the_trainer_and_the_test_lock_the_tools(rel):
+    """From the first release with a test lock on, the platform locks hold no test tools and the
+    test lock agrees with the cpu lock; before it, the cpu lock held them (the frozen layout)."""
+    first = next((r for r, _ in TEST_LOCKS), None)
+    cpu = lockfile.versions(lockfile.parse_lockfile(rel.lockfile("cpu")))
+    if first is None or release.version_key(rel.version) < release.version_key(first.version):
+        assert rel.test_lock is None
+        assert "pytest" in cpu, "the older layout's cpu lock holds the test tools"
+        return
+    assert rel.test_lock is not None, f"{rel.version} has no test.txt, though {first.version} had"
+    assert rel.recorded_sha256(release.TEST_LOCK), "release.toml records the test lock"
+    for platform in release.LOCK_PLATFORMS:
+        pinned = lockfile.versions(lockfile.parse_lockfile(rel.lockfile(platform)))
+        assert not set(TEST_TOOLS) & set(pinned), f"{platform}.txt holds test tools"
+    tools = lockfile.versions(lockfile.parse_lockfile(rel.test_lock))
+    assert set(TEST_TOOLS) <= set(tools)
+    rel.check_test_lock()
 
 
 @pytest.mark.parametrize("rel", RELEASES, ids=lambda r: r.version)
@@ -111,8 +138,7 @@ def test_source_is_in_history_and_holds_the_locks(rel):
     assert source.require(rel) == rev
     ancestor = subprocess.run(["git", "merge-base", "--is-ancestor", rev, "HEAD"], cwd=ROOT)
     assert ancestor.returncode == 0, f"{rev} is not in HEAD's history"
-    recorded = {p: rel.recorded_sha256(p) for p in release.LOCK_PLATFORMS}
-    assert source.lock_sha256s(rel, rev) == recorded
+    assert source.lock_sha256s(rel, rev) == rel.meta["locks"]
 
 
 def test_releases_from_1_7_0_on_carry_their_number_as_the_package_version():
