@@ -43,6 +43,11 @@ def _labels(image: str) -> dict:
     return json.loads(out) or {}
 
 
+def _repo_digests(image: str) -> list:
+    out = docker("image", "inspect", "-f", "{{json .RepoDigests}}", image, check=False).stdout
+    return json.loads(out or "null") or []
+
+
 def check_labels(image: str, source: str, release: str, platform: str, lock: Path) -> dict:
     """The pulled image's labels name this release, platform and lock, and the revision of the
     image that was pushed."""
@@ -142,6 +147,7 @@ def publish(
     before = {tag: reg.manifest(IMAGE_REPO, tag) for tag in tags}
     candidate = f"{release}-{platform}-candidate-{secrets.token_hex(6)}"
     remote = f"{registry}/{IMAGE_REPO}"
+    kept_digests = _repo_digests(image)
     docker("tag", image, f"{remote}:{candidate}")
     try:
         _push(f"{remote}:{candidate}", registry)
@@ -153,6 +159,10 @@ def publish(
         _move_tags(reg, tags, body, media, before)
     finally:
         docker("rmi", f"{remote}:{candidate}", check=False)
+        # The push left a repo digest on the local image; drop it unless it was there before.
+        for ref in set(_repo_digests(image)) - set(kept_digests):
+            if ref.startswith(f"{remote}@"):
+                docker("rmi", ref, check=False)
         deleted = _delete_candidate(reg, candidate)
     for tag in tags:
         if reg.digest(IMAGE_REPO, tag) != digest:
