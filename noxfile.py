@@ -128,7 +128,7 @@ def smoke(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def publish(session: nox.Session) -> None:
-    """Push, move latest-PLATFORM, pull back by digest: `publish -- RELEASE PLATFORM --registry H:P`."""
+    """Push a candidate, verify it pulled back, then move the tags: `publish -- RELEASE PLATFORM ...`."""
     _images(session, "publish", "RELEASE tpu|gpu --registry HOST:PORT")
 
 
