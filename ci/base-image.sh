@@ -4,57 +4,58 @@
 #   ci/base-image.sh            # build if missing
 #   ci/base-image.sh --force    # rebuild
 #
-# debootstrap a minimal Debian bookworm (python3 is 3.11 there, matching the locks) and
-# import it as an image. Users with a registry can skip this and pass
-# --build-arg BASE_IMAGE=python:3.11-slim instead.
+# mmdebstrap makes a minimal Debian bookworm (python3 is 3.11 there, matching the locks) as a
+# tarball that is the same bytes for the same package set: files dated PAX_BASE_EPOCH, the host's
+# hostname and resolv.conf left out. buildah turns it into an image with the same date and no
+# history, so the image ID names the package set: two machines that fetch the same bookworm
+# packages get the same ID, and a Debian point release gives a new one. The image lands in
+# buildah's store (which `./noxw -s build` builds from, pinned by ID) and in the Docker engine.
+# Users with a registry can skip this and pass --base-image python:3.11-slim-bookworm instead.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 IMAGE="${PAX_BASE_IMAGE:-pax-base:bookworm}"
 SUITE="${PAX_BASE_SUITE:-bookworm}"
 MIRROR="${PAX_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+EPOCH="${PAX_BASE_EPOCH:-1686355200}"  # bookworm's release day, 2023-06-10
+ROOT="${PAX_BUILDAH_ROOT:-/var/tmp/pax-buildah}"
 
 die() { echo "base-image: $*" >&2; exit 1; }
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1; then sudo "$@";
-  else die "need root to run: $*"; fi
-}
+buildah_() { buildah --root "$ROOT" --runroot "$ROOT/run" --storage-driver vfs "$@"; }
 
 docker info >/dev/null 2>&1 || die "no Docker engine answers; run ci/docker-engine.sh start"
+ci/image-tools.sh
 
-if [ "${1:-}" != "--force" ] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
-  echo "base-image: $IMAGE present" >&2
+if [ "${1:-}" != "--force" ] && buildah_ inspect --type image "$IMAGE" >/dev/null 2>&1 \
+  && docker image inspect "$IMAGE" >/dev/null 2>&1; then
+  echo "base-image: $IMAGE present ($(buildah_ inspect --type image --format '{{.FromImageID}}' "$IMAGE"))" >&2
   exit 0
 fi
 
-if ! command -v debootstrap >/dev/null 2>&1; then
-  command -v apt-get >/dev/null 2>&1 || die "debootstrap is missing and apt-get is unavailable"
-  echo "base-image: installing debootstrap" >&2
-  as_root apt-get update -q >/dev/null
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null
-fi
-
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/pax-base.XXXXXX")"
-cleanup() { as_root rm -rf "$WORK"; }
-trap cleanup EXIT
-ROOTFS="$WORK/rootfs"
+trap 'rm -rf "$WORK"' EXIT
 
-echo "base-image: debootstrap $SUITE from $MIRROR" >&2
-as_root debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
-  "$SUITE" "$ROOTFS" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 \
-  || { tail -n 20 "$WORK/debootstrap.log" >&2; die "debootstrap failed"; }
+echo "base-image: mmdebstrap $SUITE from $MIRROR" >&2
+# Nothing the trainer needs: docs (but their copyright files), man pages, locales.
+SOURCE_DATE_EPOCH="$EPOCH" mmdebstrap --quiet --variant=minbase \
+  --include=python3,python3-venv,ca-certificates \
+  --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+  --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+  --dpkgopt='path-exclude=/usr/share/locale/*' \
+  --customize-hook='rm -f "$1/etc/hostname" "$1/etc/resolv.conf"' \
+  --format=tar "$SUITE" "$WORK/rootfs.tar" "$MIRROR" 2>"$WORK/mmdebstrap.log" \
+  || { tail -n 20 "$WORK/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
 
-# Nothing the trainer needs: package lists, caches, docs, man pages, locales.
-as_root rm -rf "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/var/cache/apt/*.bin \
-  "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/usr/share/doc/* "$ROOTFS"/usr/share/man/* \
-  "$ROOTFS"/usr/share/info/* "$ROOTFS"/var/log/*.log "$ROOTFS"/debootstrap
-find "$ROOTFS/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name 'locale.alias' -exec rm -rf {} + 2>/dev/null || true
-
-created="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-as_root tar --numeric-owner -C "$ROOTFS" -c . | docker import \
-  --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-  --change 'ENV LANG=C.UTF-8' \
-  --change 'CMD ["python3"]' \
-  --change "LABEL org.opencontainers.image.created=$created" \
-  --change "LABEL org.opencontainers.image.description=\"debootstrap $SUITE minbase with python3\"" \
-  - "$IMAGE" >/dev/null
-echo "base-image: built $IMAGE ($(docker image inspect -f '{{.Size}}' "$IMAGE") bytes)" >&2
+cat >"$WORK/Containerfile" <<EOF
+FROM scratch
+ADD rootfs.tar /
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
+LABEL org.opencontainers.image.description="mmdebstrap $SUITE minbase with python3"
+CMD ["python3"]
+EOF
+buildah_ bud --quiet --layers=false --timestamp "$EPOCH" --omit-history \
+  -f "$WORK/Containerfile" -t "$IMAGE" "$WORK" >/dev/null
+buildah_ push --quiet "$IMAGE" "docker-daemon:$IMAGE" >/dev/null
+echo "base-image: built $IMAGE $(docker image inspect -f '{{.Id}}' "$IMAGE")" \
+  "($(docker image inspect -f '{{.Size}}' "$IMAGE") bytes, rootfs sha256" \
+  "$(sha256sum "$WORK/rootfs.tar" | cut -d' ' -f1))" >&2
