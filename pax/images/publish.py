@@ -26,6 +26,7 @@ from pax.images.sbom import check_image as check_sbom
 from pax.images.wheelhouse import lock_path, sha256_file
 
 REVISION_LABEL = "org.opencontainers.image.revision"
+VERSION_LABEL = "org.opencontainers.image.version"
 
 
 def client(registry: str, ca: Optional[Path] = None) -> Registry:
@@ -49,11 +50,15 @@ def _repo_digests(image: str) -> list:
 
 
 def check_labels(image: str, source: str, release: str, platform: str, lock: Path) -> dict:
-    """The pulled image's labels name this release, platform and lock, and the revision of the
-    image that was pushed."""
-    labels, revision = _labels(image), _labels(source).get(REVISION_LABEL, "")
+    """The pulled image's labels name this release (a dev build's version is
+    <release>-dev.<sha>), platform and lock, and the version and revision of the image that was
+    pushed."""
+    labels, pushed = _labels(image), _labels(source)
+    revision, version = pushed.get(REVISION_LABEL, ""), pushed.get(VERSION_LABEL, "")
+    if version != release and not version.startswith(f"{release}-dev."):
+        version = release
     want = {
-        "org.opencontainers.image.version": release,
+        VERSION_LABEL: version,
         "io.pax.platform": platform,
         "io.pax.lock.sha256": sha256_file(lock),
         REVISION_LABEL: revision,

@@ -222,3 +222,39 @@ def test_served_bytes_that_do_not_hash_to_the_digest_are_refused(fake):
 def test_unreachable_registry_is_one_line():
     with pytest.raises(ImageError, match="does not answer at https://127.0.0.1:9/v2/"):
         registry.Registry("127.0.0.1:9").check_access()
+
+
+def test_pulled_labels_must_name_the_release_lock_and_pushed_image(tmp_path, monkeypatch):
+    from pax.images import publish
+
+    lock = tmp_path / "tpu.txt"
+    lock.write_text("absl-py==2.1.0\n")
+    sha = hashlib.sha256(lock.read_bytes()).hexdigest()
+    good = {
+        "org.opencontainers.image.version": "1.4.0",
+        "org.opencontainers.image.revision": "abc123",
+        "io.pax.platform": "tpu",
+        "io.pax.lock.sha256": sha,
+    }
+    images = {"pushed": good, "pulled": dict(good)}
+    monkeypatch.setattr(publish, "_labels", lambda image: images[image])
+    assert (
+        publish.check_labels("pulled", "pushed", "1.4.0", "tpu", lock)["io.pax.lock.sha256"] == sha
+    )
+    images["pushed"] = images["pulled"] = {
+        **good,
+        "org.opencontainers.image.version": "1.4.0-dev.1a2b3c4",
+    }
+    publish.check_labels("pulled", "pushed", "1.4.0", "tpu", lock)
+    for key, value in [
+        ("io.pax.lock.sha256", "0" * 64),
+        ("org.opencontainers.image.revision", "other"),
+        ("org.opencontainers.image.version", "1.5.0"),
+        ("io.pax.platform", "gpu"),
+    ]:
+        images["pushed"], images["pulled"] = good, {**good, key: value}
+        with pytest.raises(ImageError, match=f"labels of pulled: {key}='{value}'"):
+            publish.check_labels("pulled", "pushed", "1.4.0", "tpu", lock)
+    images["pushed"] = images["pulled"] = {**good, "org.opencontainers.image.revision": ""}
+    with pytest.raises(ImageError, match="no revision label"):
+        publish.check_labels("pulled", "pushed", "1.4.0", "tpu", lock)
