@@ -228,8 +228,8 @@ def lock_tools(root: Path | None = None, log=print) -> str:
 
 
 def lock_test_runner(root: Path, log=print) -> None:
-    """Recompile requirements/test-runner.txt: the pytest plugins laid beside a release env.
-    `--no-deps` (uv's; pip-compile has none): their one dependency, pytest, is the release's."""
+    """Recompile requirements/test-runner.txt: pytest-xdist laid beside the env of a release
+    without a test lock. `--no-deps` (uv's; pip-compile has none): pytest is the release's."""
     subprocess.run(
         [uv_binary() or "uv", "pip", "compile", "--no-config", "--no-deps", "--generate-hashes"]
         + ["--python-version", PYTHON, "--quiet", "--custom-compile-command"]
