@@ -148,24 +148,26 @@ def publish(
             f"image {image} not found; build it with ./noxw -s build -- {release} {platform}"
         )
     reg.check_access()
+    # The image as it is now, by ID: a tag moved meanwhile cannot change what is pushed and checked.
+    image_id = docker("image", "inspect", "-f", "{{.Id}}", image).stdout.strip()
     tags = [f"{release}-{platform}", f"latest-{platform}"]
     before = {tag: reg.manifest(IMAGE_REPO, tag) for tag in tags}
     candidate = f"{release}-{platform}-candidate-{secrets.token_hex(6)}"
     remote = f"{registry}/{IMAGE_REPO}"
-    kept_digests = _repo_digests(image)
-    docker("tag", image, f"{remote}:{candidate}")
+    kept_digests = _repo_digests(image_id)
+    docker("tag", image_id, f"{remote}:{candidate}")
     try:
         _push(f"{remote}:{candidate}", registry)
         served = reg.manifest(IMAGE_REPO, candidate)
         if served is None:
             raise ImageError(f"registry {registry} has no {IMAGE_REPO}:{candidate} after the push")
         digest, body, media = served
-        report, bom = _verify(f"{remote}@{digest}", image, release, platform, lock)
+        report, bom = _verify(f"{remote}@{digest}", image_id, release, platform, lock)
         _move_tags(reg, tags, body, media, before)
     finally:
         docker("rmi", f"{remote}:{candidate}", check=False)
         # The push left a repo digest on the local image; drop it unless it was there before.
-        for ref in set(_repo_digests(image)) - set(kept_digests):
+        for ref in set(_repo_digests(image_id)) - set(kept_digests):
             if ref.startswith(f"{remote}@"):
                 docker("rmi", ref, check=False)
         deleted = _delete_candidate(reg, candidate)
