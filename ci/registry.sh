@@ -48,7 +48,7 @@ PY
 
 port_taken() { python3 -c 'import socket, sys; s = socket.socket(); sys.exit(0 if s.connect_ex(("127.0.0.1", int(sys.argv[1]))) == 0 else 1)' "$1"; }
 
-install() {  # apt package for a missing command
+need() {  # installs the apt package that provides a missing command
   command -v "$1" >/dev/null 2>&1 && return 0
   command -v apt-get >/dev/null 2>&1 || die "$1 is missing and apt-get is unavailable; install $2"
   echo "registry: installing Debian's $2" >&2
@@ -83,15 +83,15 @@ start() {
     echo "127.0.0.1:$old"; return 0
   fi
   if port_taken "$port"; then die "something else already listens on 127.0.0.1:$port; pick another port"; fi
-  install docker-registry docker-registry
+  need docker-registry docker-registry
   local data="${PAX_REGISTRY_DATA_DIR:-$STATE_DIR/data}"
   if [ -z "${PAX_REGISTRY_DATA_DIR:-}" ]; then rm -rf "$data"; fi
   mkdir -p "$data"
   rm -f "$STATE_DIR/ca.crt" "$STATE_DIR/credentials" "$STATE_DIR/certs-d" "$STATE_DIR/docker-config"
   local ca="" tls_yml="" auth_yml=""
   if [ "$plain" != 1 ]; then
-    install openssl openssl
-    install htpasswd apache2-utils
+    need openssl openssl
+    need htpasswd apache2-utils
     make_tls
     ca="$STATE_DIR/ca.crt"
     local password; password="$(openssl rand -hex 16)"

@@ -132,7 +132,10 @@ class Registry:
         self.address, self.ca, self.creds = address, ca, creds
         self.config = config or docker_config_path()
         self.base = f"{scheme}://{address}"
-        self._ssl = ssl.create_default_context(cafile=str(ca) if ca else None)
+        # Like the Docker engine with certs.d: the given CAs in addition to the system's.
+        self._ssl = ssl.create_default_context()
+        if ca:
+            self._ssl.load_verify_locations(cafile=str(ca))
         self._auth: Optional[str] = None  # the Authorization header that last worked
 
     def _open(self, req: urllib.request.Request):
@@ -159,10 +162,10 @@ class Registry:
 
     def _unreachable(self, reason) -> str:
         if isinstance(reason, ssl.SSLCertVerificationError):
+            trusted = f"{self.ca} and the system's CAs" if self.ca else "the system's CAs"
             return (
-                f"registry {self.address}: its TLS certificate is not trusted with "
-                f"{self.ca or 'the system CA bundle'} ({reason.verify_message}); pass "
-                f"--ca-bundle FILE"
+                f"registry {self.address}: its TLS certificate is not trusted by {trusted} "
+                f"({reason.verify_message}); pass --ca-bundle FILE"
             )
         if isinstance(reason, ssl.SSLError):
             return (

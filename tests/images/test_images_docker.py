@@ -57,10 +57,12 @@ def registry(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("DOCKER_CONFIG", str(state / "docker-config"))
     env = {**os.environ, "PAX_REGISTRY_STATE_DIR": str(state)}
     script = str(ROOT / "ci" / "registry.sh")
-    out = subprocess.run(
-        [script, "start", str(_free_port())], env=env, capture_output=True, text=True, check=True
+    r = subprocess.run(
+        [script, "start", str(_free_port())], env=env, capture_output=True, text=True
     )
-    yield out.stdout.strip()
+    if r.returncode != 0:
+        pytest.fail(f"ci/registry.sh start: {r.stderr.strip()}")
+    yield r.stdout.strip()
     subprocess.run([script, "stop"], env=env, check=True)
 
 

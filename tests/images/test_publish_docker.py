@@ -46,9 +46,10 @@ def _free_port() -> int:
 def _registry_sh(state: Path, *args, **env) -> str:
     env = {**os.environ, "PAX_REGISTRY_STATE_DIR": str(state), **env}
     script = str(ROOT / "ci" / "registry.sh")
-    return subprocess.run(
-        [script, *args], env=env, capture_output=True, text=True, check=True
-    ).stdout.strip()
+    r = subprocess.run([script, *args], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.fail(f"ci/registry.sh {' '.join(args)}: {r.stderr.strip()}")
+    return r.stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +158,21 @@ def test_wrong_password_keeps_the_tags(registry, published, tmp_path, monkeypatc
     ):
         publish.publish(RELEASE, PLATFORM, address)
     monkeypatch.undo()
+    _assert_nothing_left(address, before)
+
+
+def test_untrusted_certificate_keeps_the_tags(registry, published, tmp_path):
+    address, _ = registry
+    before = _served(address)
+    other_ca = tmp_path / "other-ca.crt"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-subj", "/CN=another CA", "-keyout", str(tmp_path / "k"), "-out", str(other_ca)],
+        capture_output=True,
+        check=True,
+    )
+    with pytest.raises(image_engine.ImageError, match="TLS certificate is not trusted by .*other"):
+        publish.publish(RELEASE, PLATFORM, address, ca=other_ca)
     _assert_nothing_left(address, before)
 
 
