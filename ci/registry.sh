@@ -87,7 +87,7 @@ start() {
   local data="${PAX_REGISTRY_DATA_DIR:-$STATE_DIR/data}"
   if [ -z "${PAX_REGISTRY_DATA_DIR:-}" ]; then rm -rf "$data"; fi
   mkdir -p "$data"
-  rm -f "$STATE_DIR/ca.crt" "$STATE_DIR/credentials" "$STATE_DIR/certs-d" "$STATE_DIR/docker-config"
+  rm -f "$STATE_DIR/ca.crt" "$STATE_DIR/credentials" "$STATE_DIR/certs-d" "$STATE_DIR/login-config"
   local ca="" tls_yml="" auth_yml=""
   if [ "$plain" != 1 ]; then
     need openssl openssl
@@ -118,6 +118,8 @@ YML
   (exec setsid docker-registry serve "$STATE_DIR/config.yml" </dev/null >"$STATE_DIR/registry.log" 2>&1) &
   echo $! >"$PIDFILE"
   echo "$port" >"$STATE_DIR/port"
+  # A start that fails from here on stops what it started (registry, CA copy, login).
+  trap '[ "${started:-0}" = 1 ] || stop' EXIT
   local i up=0
   for ((i = 0; i < WAIT_S * 4; i++)); do
     if answers "$port" "$ca"; then up=1; break; fi
@@ -142,7 +144,7 @@ YML
       out="$(cut -d: -f2- "$STATE_DIR/credentials" \
         | DOCKER_CONFIG="$config" docker login -u "$USER_NAME" --password-stdin "$address" 2>&1)" \
         || die "docker login $address failed: $(echo "$out" | tail -n 1)"
-      echo "$config" >"$STATE_DIR/docker-config"
+      echo "$config" >"$STATE_DIR/login-config"
       echo "registry: logged in; credentials stored in $config/config.json" >&2
     else
       echo "registry: no Docker engine answers, so not logged in: docker login $address" >&2
@@ -150,6 +152,7 @@ YML
   else
     echo "registry: plain HTTP, no authentication" >&2
   fi
+  started=1
   echo "$address"
 }
 
@@ -161,11 +164,11 @@ stop() {
     local i; for ((i = 0; i < 20; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
     kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" || true
   fi
-  if [ -f "$STATE_DIR/docker-config" ] && [ -n "$port" ]; then
-    DOCKER_CONFIG="$(cat "$STATE_DIR/docker-config")" docker logout "127.0.0.1:$port" >/dev/null 2>&1 || true
+  if [ -f "$STATE_DIR/login-config" ] && [ -n "$port" ]; then
+    DOCKER_CONFIG="$(cat "$STATE_DIR/login-config")" docker logout "127.0.0.1:$port" >/dev/null 2>&1 || true
   fi
   if [ -f "$STATE_DIR/certs-d" ]; then as_root rm -rf "$(cat "$STATE_DIR/certs-d")"; fi
-  rm -rf "$PIDFILE" "$STATE_DIR/data" "$STATE_DIR/port" "$STATE_DIR/certs-d" "$STATE_DIR/docker-config" \
+  rm -rf "$PIDFILE" "$STATE_DIR/data" "$STATE_DIR/port" "$STATE_DIR/certs-d" "$STATE_DIR/login-config" \
     "$STATE_DIR/credentials" "$STATE_DIR/htpasswd" "$STATE_DIR"/*.key
   echo "registry: stopped (pid $pid)" >&2
 }
