@@ -67,7 +67,7 @@ def _in_env(session: nox.Session, module: str, defaults=None, platform=True, or_
 
 @nox.session(venv_backend="none")
 def test(session: nox.Session) -> None:
-    """pytest in a release's CPU env: `test -- [RELEASE] [--full (adds the slow tier)] [ARGS]`."""
+    """This checkout's tests on a release's pins (CPU env): `test -- [RELEASE] [--full] [ARGS]`."""
     args = list(session.posargs)
     env = _env(session, _release(session, args), "cpu")
     with _errors(session, RuntimeError):
@@ -116,20 +116,20 @@ def _images(session: nox.Session, command: str, usage: str) -> None:
 
 @nox.session(venv_backend="none")
 def build(session: nox.Session) -> None:
-    """Build pax:RELEASE-PLATFORM: `build -- RELEASE tpu|gpu [--base-image IMAGE]`."""
-    _images(session, "build", "RELEASE tpu|gpu [--base-image IMAGE]")
+    """Build pax:RELEASE-PLATFORM from the release's source: `build -- RELEASE tpu|gpu [--dev]`."""
+    _images(session, "build", "RELEASE tpu|gpu [--dev] [--base-image IMAGE]")
 
 
 @nox.session(venv_backend="none")
 def smoke(session: nox.Session) -> None:
     """Train the tiny LM in the image offline and check its job dir: `smoke -- RELEASE PLATFORM`."""
-    _images(session, "smoke", "RELEASE tpu|gpu [--steps N] [--keep DIR]")
+    _images(session, "smoke", "RELEASE tpu|gpu [--dev] [--steps N] [--keep DIR]")
 
 
 @nox.session(venv_backend="none")
 def publish(session: nox.Session) -> None:
     """Push a candidate, verify it pulled back, then move the tags: `publish -- RELEASE PLATFORM ...`."""
-    _images(session, "publish", "RELEASE tpu|gpu --registry HOST:PORT")
+    _images(session, "publish", "RELEASE tpu|gpu [--dev] --registry HOST:PORT")
 
 
 @nox.session(venv_backend="none")
@@ -155,7 +155,7 @@ def bisect(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def release(session: nox.Session) -> None:
-    """Cut a release (locks, tests, commit, rX.Y.Z, vX.Y.Z): `release -- X.Y.Z [--skip-tests]`."""
+    """Cut a release (locks, tests, commits, rX.Y.Z, vX.Y.Z): `release -- X.Y.Z [--recreate]`."""
     # CutError is a RuntimeError whose message names itself; other ones (pip-compile, pins) do not
     with _errors(session, RuntimeError, prefix="release: "), _errors(session, cut.CutError):
         cut.cut_from_args(list(session.posargs), ROOT, log=session.log)

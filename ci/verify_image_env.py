@@ -2,7 +2,9 @@
 
 Copied into the image as /opt/pax/verify_image_env.py; runs at build time (after pip check)
 and after a pull (`docker run --entrypoint python IMAGE /opt/pax/verify_image_env.py`).
-Reads the lock and the installed set with pax.lockfile (pax is installed in the venv it checks).
+Reads the lock and the installed set with the recipe's pax.lockfile, copied beside it as
+/opt/pax/pax_lockfile.py: a release's own pax may predate that module (the images of releases
+cut before it pack an older tree), and the check is the recipe's, whatever the release.
 Prints one `pax-verify: ok ...` line, or `pax-verify: ERROR ...` lines and exits 1.
 """
 
@@ -10,11 +12,20 @@ import hashlib
 import os
 import sys
 
-try:  # the image's own pax, installed next to the lock: the one reader of locks and names
-    from pax.lockfile import LockfileError, differences, installed, installed_twice, lock_versions
-except ImportError as e:  # pragma: no cover - an image without pax
-    print(f"pax-verify: ERROR pax is not importable ({e})")
-    sys.exit(1)
+try:  # the recipe's reader of locks and names, beside this script in the image
+    from pax_lockfile import LockfileError, differences, installed, installed_twice, lock_versions
+except ImportError:
+    try:  # run from a checkout: its own pax
+        from pax.lockfile import (
+            LockfileError,
+            differences,
+            installed,
+            installed_twice,
+            lock_versions,
+        )
+    except ImportError as e:  # pragma: no cover - neither
+        print(f"pax-verify: ERROR no lock reader (pax_lockfile.py, pax.lockfile): {e}")
+        sys.exit(1)
 
 
 def main():

@@ -56,10 +56,15 @@ class Identity:
     lock_sha256: str
     python: str
     locked: dict[str, str]
+    # The commit whose pax an image packs (its release's source, or the tree a dev image was
+    # built from); absent from venvs, which run the checkout, and from older identity files.
+    source_revision: str | None = None
 
     def to_json(self) -> str:
         body = {"format": FORMAT, **dataclasses.asdict(self)}
         body["locked"] = dict(sorted(self.locked.items()))
+        if body["source_revision"] is None:
+            del body["source_revision"]
         return json.dumps(body, indent=1) + "\n"
 
     @classmethod
@@ -70,13 +75,15 @@ class Identity:
             raise IdentityError(f"{source}: not JSON ({e})") from None
         if not isinstance(body, dict) or body.get("format") != FORMAT:
             raise IdentityError(f"{source}: not a {FORMAT} file")
-        fields = [f.name for f in dataclasses.fields(cls)]
-        missing = [name for name in fields if name not in body]
+        fields = dataclasses.fields(cls)
+        missing = [
+            f.name for f in fields if f.name not in body and f.default is dataclasses.MISSING
+        ]
         if missing:
             raise IdentityError(f"{source}: missing {', '.join(missing)}")
         if not isinstance(body["locked"], dict):
             raise IdentityError(f"{source}: locked is not a name -> version table")
-        return cls(**{name: body[name] for name in fields})
+        return cls(**{f.name: body[f.name] for f in fields if f.name in body})
 
 
 def identity_path(prefix: str | Path | None = None) -> Path:
@@ -251,6 +258,7 @@ def describe(
         "overridden_by": overridden,
         **named,
         "pax": have.get(SELF),
+        "source_revision": ident.source_revision if ident else None,
         "installed_count": len(set(have) - {SELF}),
         "compared_with": compared,
         "differences": rows,
@@ -317,7 +325,8 @@ def render(desc: dict) -> str:
         lines.append(f"release     {desc['release'] or '?'} {desc['platform'] or '?'}")
         lines.append(f"lockfile    {desc['lockfile'] or '?'} (sha256 {desc['lock_sha256'] or '?'})")
     if desc["pax"]:
-        lines.append(f"pax         {desc['pax']} (installed; not part of any lock)")
+        built = f"; built from {desc['source_revision']}" if desc.get("source_revision") else ""
+        lines.append(f"pax         {desc['pax']} (installed; not part of any lock{built})")
     rows = desc["differences"] or []
     near = desc["nearest"]
     if desc["state"] == "exact":

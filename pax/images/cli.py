@@ -6,15 +6,18 @@ they produce:
 
   wheelhouse  pip download exactly the release's lockfile (hash-checked, binary only,
               for Linux x86_64 CPython, catalog.PYTHON) into wheelhouse/<release>-<platform>/
-  build       pax wheel + staged build context -> `docker build --network none` under a
-              temporary tag; `pax:<release>-<platform>` is tagged only when the build
-              (including pip's hash check, pip check and the lock comparison) succeeded
+  build       pax wheel of the release's source commit + staged build context ->
+              `docker build --network none` under a temporary tag; `pax:<release>-<platform>`
+              is tagged only when the build (including pip's hash check, pip check and the
+              lock comparison) succeeded. --dev: this checkout's pax on the release's locks,
+              tagged `pax:<release>-<platform>-dev.<sha>[.dirty]`
   smoke       run the image offline on the tiny experiment and check the job directory
   publish     over HTTPS to HOST:PORT with the Docker config's credentials: push under a
               candidate tag, pull back by the registry's digest and verify, then move
               <release>-<platform> and latest-<platform> to that manifest
 
     python -m pax.images build 1.4.0 tpu
+    python -m pax.images build 1.6.0 tpu --dev
     python -m pax.images smoke 1.4.0 tpu
     python -m pax.images publish 1.4.0 tpu --registry 127.0.0.1:5000
 
@@ -30,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from pax.images.build import DEFAULT_BASE_IMAGE, build
+from pax.images.build import DEFAULT_BASE_IMAGE, build, dev_ref
 from pax.images.engine import ImageError
 from pax.images.publish import publish
 from pax.images.smoke import SMOKE_STEPS, smoke
@@ -54,6 +57,18 @@ def parser() -> argparse.ArgumentParser:
             )
             s.add_argument("--tag", help="default pax:RELEASE-PLATFORM")
             s.add_argument("--wheelhouse", type=Path, help="default wheelhouse/RELEASE-PLATFORM")
+            s.add_argument(
+                "--dev",
+                action="store_true",
+                help="pax from this checkout, not the release's source: pax:RELEASE-PLATFORM-"
+                "dev.<sha>[.dirty]",
+            )
+        if name in ("smoke", "publish"):
+            s.add_argument(
+                "--dev",
+                action="store_true",
+                help="the image `build --dev` tags for this checkout (pax:RELEASE-PLATFORM-dev.<sha>)",
+            )
         if name == "smoke":
             s.add_argument("--image", help="default pax:RELEASE-PLATFORM")
             s.add_argument("--steps", type=int, default=SMOKE_STEPS)
@@ -73,6 +88,12 @@ def parser() -> argparse.ArgumentParser:
 def run(argv: list[str], log=sys.stderr) -> object:
     """Parse and run one command; raises ImageError (argparse exits 2 on malformed arguments)."""
     a = parser().parse_args(argv)
+    if getattr(a, "dev", False) and a.cmd != "build":
+        if a.image:
+            raise ImageError(
+                f"{a.cmd}: --dev and --image name the image twice; give one", usage=True
+            )
+        a.image = dev_ref(a.release, a.platform)
     if a.cmd == "wheelhouse":
         return prepare_wheelhouse(a.release, a.platform, log=log)
     if a.cmd == "build":
@@ -82,6 +103,7 @@ def run(argv: list[str], log=sys.stderr) -> object:
             base_image=a.base_image,
             tag=a.tag,
             wheelhouse=a.wheelhouse,
+            dev=a.dev,
             log=log,
         )
     if a.cmd == "smoke":

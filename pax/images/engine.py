@@ -66,14 +66,24 @@ def label(image: str, name: str) -> str:
     return (json.loads(out) or {}).get(name, "")
 
 
+def has_pax_env(image: str) -> bool:
+    """Whether the image's pax has `python -m pax env` (pax.envinfo): releases whose source
+    predates it do not, and their runs' manifests carry no environment state."""
+    probe = "import importlib.util as u, sys; sys.exit(u.find_spec('pax.envinfo') is None)"
+    return _run_python(image, "-c", probe).returncode == 0
+
+
 def verify_in_image(image: str) -> str:
     """The image's own environment checks: installed set == baked-in lock
-    (verify_image_env.py), and `python -m pax env` naming the lock the image's label names,
-    exactly (what every run's manifest.json will record)."""
+    (verify_image_env.py, the recipe's, for every release), and where the image's pax has it,
+    `python -m pax env` naming the lock the image's label names, exactly (what every run's
+    manifest.json will record)."""
     r = _run_python(image, "/opt/pax/verify_image_env.py")
     if r.returncode != 0:
         lines = (r.stdout + r.stderr).strip().splitlines()
         raise ImageError(f"in-image verification of {image} failed: {lines[-1] if lines else ''}")
+    if not has_pax_env(image):
+        return f"{r.stdout.strip()}\npax env: not in this image's pax (its source predates it)"
     env = _run_python(image, "-m", "pax", "env", "--json")
     try:
         desc = json.loads(env.stdout)

@@ -1,6 +1,6 @@
 """The smoke run: the tiny experiment trained offline in the image, its job directory checked
 (checkpoint, falling loss, a manifest naming the release and the lock sha256, its environment
-exactly that lock)."""
+exactly that lock where the image's pax records one)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Iterable, Optional
 from pax.images.engine import (
     ImageError,
     docker,
+    has_pax_env,
     image_exists,
     image_ref,
     require_engine,
@@ -39,8 +40,9 @@ def _strings(obj) -> Iterable[str]:
             yield from _strings(v)
 
 
-def check_job_dir(job: Path, release: str, lock_sha: str) -> dict:
-    """Checkpoint written, loss falling, manifest naming the release and the lock's sha256."""
+def check_job_dir(job: Path, release: str, lock_sha: str, env_state: bool = True) -> dict:
+    """Checkpoint written, loss falling, manifest naming the release and the lock's sha256, and
+    (env_state) its environment exactly that lock: a pax without pax.envinfo records no state."""
     ckpts = job / "checkpoints"
     steps = sorted(p.name for p in ckpts.iterdir()) if ckpts.is_dir() else []
     if not steps:
@@ -68,7 +70,7 @@ def check_job_dir(job: Path, release: str, lock_sha: str) -> dict:
         raise ImageError(f"smoke: no {manifest_file}")
     manifest = json.loads(manifest_file.read_text())
     state = (manifest.get("env") or {}).get("state")
-    if state != "exact":
+    if env_state and state != "exact":
         raise ImageError(
             f"smoke: {manifest_file} says the image's environment is {state or 'unknown'}, "
             "not exactly its lock"
@@ -98,6 +100,7 @@ def smoke(
             f"image {image} not found; build it with ./noxw -s build -- {release} {platform}"
         )
     verify_in_image(image)
+    env_state = has_pax_env(image)
     out = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="pax-smoke-"))
     out.mkdir(parents=True, exist_ok=True)
     os.chmod(out, 0o777)  # the image runs as an unprivileged user
@@ -120,7 +123,7 @@ def smoke(
         if r.returncode != 0:
             lines = (r.stdout + r.stderr).strip().splitlines()
             raise ImageError(f"smoke: {image} exited {r.returncode}: {lines[-1] if lines else ''}")
-        result = check_job_dir(out / "job", release, sha256_file(lock))
+        result = check_job_dir(out / "job", release, sha256_file(lock), env_state=env_state)
         result["seconds"] = round(time.monotonic() - t0, 1)
         print(
             f"pax images: smoke {image}: {len(result['checkpoints'])} checkpoint(s), loss "

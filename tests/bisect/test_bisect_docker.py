@@ -1,7 +1,7 @@
 """pax.bisect inside a pax image, offline, with wheels from a mounted folder.
 
-Needs a Docker engine and the TPU image (built when missing), so it runs only with
-PAX_CONTAINER_TESTS=1, as test_images_docker.py does. Two runs, both `--network none`:
+Needs a Docker engine and this checkout's TPU image on a release's lock (`build --dev`, built
+when missing), so it runs only with PAX_CONTAINER_TESTS=1, as test_images_docker.py does. Two runs, both `--network none`:
 
 - the hermetic scenario of tests/bisect/wheels.py (a culprit among 11 groups, then --versions
   over its releases in the mounted folder);
@@ -18,6 +18,7 @@ import pytest
 
 from pax.images import build, engine
 from pax.images import wheelhouse as wheelhouse_lib
+from pax.releases import catalog
 from tests.bisect.wheels import build_index, build_wheel, sha256, write_lock
 
 pytestmark = pytest.mark.skipif(
@@ -26,16 +27,16 @@ pytestmark = pytest.mark.skipif(
     "(after ci/docker-engine.sh start and ci/base-image.sh)",
 )
 
-RELEASE = os.environ.get("PAX_CONTAINER_RELEASE", "1.4.0")
+RELEASE = os.environ.get("PAX_CONTAINER_RELEASE") or catalog.newest().version
 PLATFORM = "tpu"
 
 
 @pytest.fixture(scope="module")
 def image():
     engine.require_engine()
-    ref = engine.image_ref(RELEASE, PLATFORM)
+    ref = build.dev_ref(RELEASE, PLATFORM)
     if not engine.image_exists(ref):
-        build.build(RELEASE, PLATFORM)
+        build.build(RELEASE, PLATFORM, dev=True)
     return ref
 
 
@@ -158,7 +159,7 @@ def test_image_lock_as_good(image, tmp_path):
         check,
     )
     assert report["rc"] == 0, report["stdout"][-3000:] + report["stderr"][-3000:]
-    assert report["good"] == f"image pax:{RELEASE}-{PLATFORM} (/opt/pax/lock.txt)"
+    assert report["good"] == f"image {image} (/opt/pax/lock.txt)"
     assert [c["name"] for g in report["culprit"] for c in g["changes"]] == ["breaker"]
     # GOOD, BAD, BAD again (the culprit alone: same env), GOOD again (BAD without it)
     assert report["verdicts"] == 4 and report["env_builds"] == 3

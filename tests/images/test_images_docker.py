@@ -2,8 +2,11 @@
 
 Needs a Docker engine, pax-base:bookworm and network for the first wheel download, so it runs
 only with PAX_CONTAINER_TESTS=1 (CI's .ci/run sets it after ci/docker-engine.sh start and
-ci/base-image.sh). PAX_CONTAINER_RELEASE picks the release (default 1.4.0); the TPU image is
-used because its wheels are small (~370 MB; the GPU lock's are ~3.2 GB).
+ci/base-image.sh). The images tested are this checkout's code on a release's lock (`build --dev`,
+pax:<release>-tpu-dev.<sha>), as the test session tests this checkout on a release's pins;
+PAX_CONTAINER_RELEASE picks the release (default the newest). One test builds a release from its
+own source (1.4.0's). The TPU image is used because its wheels are small (~370 MB; the GPU
+lock's are ~3.2 GB).
 """
 
 import json
@@ -19,6 +22,7 @@ import pytest
 from pax import envinfo, git, lockfile
 from pax.images import build, publish, sbom, smoke, wheelhouse
 from pax.images import engine as image_engine
+from pax.releases import catalog, source
 from tests.images import cyclonedx_schema
 
 pytestmark = pytest.mark.skipif(
@@ -28,8 +32,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-RELEASE = os.environ.get("PAX_CONTAINER_RELEASE", "1.4.0")
+RELEASE = os.environ.get("PAX_CONTAINER_RELEASE") or catalog.newest().version
 PLATFORM = "tpu"
+SOURCE_BUILT = "1.4.0"  # a release built from its own source, older than pax env
 
 
 def _docker(*args, check=True):
@@ -71,19 +76,29 @@ def _temp_build_tags():
     return [t for t in out if t.startswith(f"{image_engine.IMAGE_REPO}-build:")]
 
 
+def _dev_image() -> str:
+    """This checkout's image on RELEASE's lock (a cached rebuild when CI built it already)."""
+    return build.build(RELEASE, PLATFORM, dev=True)
+
+
 def test_build_smoke_publish_pull(engine, registry, tmp_path):
-    tag = build.build(RELEASE, PLATFORM)
-    assert tag == f"pax:{RELEASE}-{PLATFORM}"
+    tag = _dev_image()
+    head = git.revision()
+    suffix = build.pax_source(RELEASE, PLATFORM, dev=True).tag_suffix
+    assert tag == f"pax:{RELEASE}-{PLATFORM}{suffix}" == build.dev_ref(RELEASE, PLATFORM)
     assert not _temp_build_tags()
     lock_sha = wheelhouse.sha256_file(wheelhouse.lock_path(RELEASE, PLATFORM))
     info = json.loads(_docker("image", "inspect", tag).stdout)[0]
     labels, config = info["Config"]["Labels"], info["Config"]
-    assert labels["org.opencontainers.image.version"] == RELEASE
+    assert labels["org.opencontainers.image.version"] == f"{RELEASE}{suffix}"
     assert labels["io.pax.lock.sha256"] == lock_sha
-    assert labels["org.opencontainers.image.revision"].startswith(git.revision()[:40])
+    assert labels["org.opencontainers.image.revision"].startswith(head[:40])
+    assert labels["io.pax.source.revision"] == labels["org.opencontainers.image.revision"]
+    assert labels["io.pax.recipe.revision"].startswith(head[:40])
     assert labels["org.opencontainers.image.created"]
     env = dict(e.split("=", 1) for e in config["Env"])
     assert env["PAX_RELEASE"] == RELEASE and env["PAX_LOCK_SHA256"] == lock_sha
+    assert env["PAX_IMAGE"] == tag
     assert env["PAX_LOCKFILE"] == image_engine.LOCK_IN_IMAGE
     assert config["User"] not in ("", "0", "root", "0:0")
     assert config["Entrypoint"] == ["python", "-m", "pax.main"]
@@ -104,14 +119,14 @@ def test_build_smoke_publish_pull(engine, registry, tmp_path):
     assert "pip" not in probe and "python" in probe
     assert lock_sha in probe
 
-    result = smoke.smoke(RELEASE, PLATFORM, keep=tmp_path / "smoke")
+    result = smoke.smoke(RELEASE, PLATFORM, image=tag, keep=tmp_path / "smoke")
     assert result["last_loss"] < result["first_loss"]
     manifest = json.loads((tmp_path / "smoke" / "job" / "manifest.json").read_text())
     assert manifest["release"] == RELEASE and manifest["lock_sha256"] == lock_sha
     assert manifest["env"]["state"] == "exact"
     assert manifest["env"]["identity"] == "/opt/venv/pax-env.json"
 
-    published = publish.publish(RELEASE, PLATFORM, registry)
+    published = publish.publish(RELEASE, PLATFORM, registry, image=tag)
     digest = published["digest"]
     assert publish.registry_digest(registry, "pax", f"latest-{PLATFORM}") == digest
     assert "pax-verify: ok" in published["verify"]
@@ -153,7 +168,7 @@ def test_image_names_its_environment_and_carries_a_valid_sbom(engine, tmp_path):
     """The image CI built (a cached rebuild otherwise): its SBOM, taken out with `docker cp`, is
     valid CycloneDX whose sha256 is the label's; `pax env` in it is exact (identity file alone,
     without the image's PAX_* variables), and drifted once a package's version changes."""
-    tag = build.build(RELEASE, PLATFORM)
+    tag = _dev_image()
     lock = wheelhouse.lock_path(RELEASE, PLATFORM)
     labels = json.loads(_docker("image", "inspect", tag).stdout)[0]["Config"]["Labels"]
     container = _docker("create", tag).stdout.strip()
@@ -173,6 +188,7 @@ def test_image_names_its_environment_and_carries_a_valid_sbom(engine, tmp_path):
     assert (desc["release"], desc["platform"]) == (RELEASE, PLATFORM)
     assert desc["lock_sha256"] == labels["io.pax.lock.sha256"] == envinfo.sha256_file(lock)
     assert desc["identity"] == "/opt/venv/pax-env.json" and desc["pax"]
+    assert desc["source_revision"] == labels["io.pax.source.revision"]
 
     # An upgrade in place, as `pip install -U` would leave absl-py's metadata (as root).
     old = lockfile.lock_versions(lock.read_text())["absl-py"]
@@ -237,3 +253,30 @@ def test_tampered_wheelhouse_fails_and_tags_nothing(engine, tmp_path):
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("pax images: error:")]
     assert len(errors) == 1 and "wheel hash mismatch" in errors[0], r.stderr
     assert not image_engine.image_exists(tag)
+
+
+def test_a_release_image_holds_its_source_whatever_the_checkout(engine, tmp_path):
+    """pax:1.4.0-tpu installs the pax of 1.4.0's source commit (pax.dist, no pax.envinfo), under
+    this checkout's recipe: installed == lock checked by the recipe's reader, labels and identity
+    naming the source, and the release's own trainer passes the smoke run."""
+    rev = source.recorded(catalog.resolve(SOURCE_BUILT))
+    tag = build.build(SOURCE_BUILT, PLATFORM)
+    assert tag == f"pax:{SOURCE_BUILT}-{PLATFORM}"
+    labels = json.loads(_docker("image", "inspect", tag).stdout)[0]["Config"]["Labels"]
+    assert labels["org.opencontainers.image.version"] == SOURCE_BUILT
+    assert labels["org.opencontainers.image.revision"] == labels["io.pax.source.revision"] == rev
+    assert labels["io.pax.recipe.revision"].startswith(git.revision()[:40])
+    probe = _docker(
+        "run", "--rm", "--network", "none", "--entrypoint", "sh", tag, "-c",
+        "cat /opt/venv/pax-env.json; cd /opt/venv/lib/python3.11/site-packages/pax && "
+        "ls -d dist main.py _releases/*/tpu.txt; test ! -e envinfo.py && test ! -e images",
+    )  # fmt: skip
+    identity = envinfo.Identity.from_json(probe.stdout[: probe.stdout.rindex("}") + 1])
+    assert identity.source_revision == rev and identity.release == SOURCE_BUILT
+    assert f"_releases/{SOURCE_BUILT}/tpu.txt" in probe.stdout
+    report = image_engine.verify_in_image(tag)
+    assert "pax-verify: ok" in report and "predates" in report
+    result = smoke.smoke(SOURCE_BUILT, PLATFORM, keep=tmp_path / "smoke")
+    assert result["last_loss"] < result["first_loss"]
+    manifest = json.loads((tmp_path / "smoke" / "job" / "manifest.json").read_text())
+    assert manifest["git_revision"] == rev and manifest["image"] == tag

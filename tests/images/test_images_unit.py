@@ -4,11 +4,13 @@ import hashlib
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from pax.images import engine, publish, smoke, wheelhouse
+from pax.images import build, cli, engine, publish, smoke, wheelhouse
+from pax.releases import catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,6 +107,46 @@ def test_bad_registry_argument(release_dir):
     (release_dir / "tpu.txt").write_text(_lock_text([("absl-py", "2.1.0", "a" * 64)]))
     with pytest.raises(engine.ImageError, match="bad --registry"):
         publish.publish("9.0.0", "tpu", "http://127.0.0.1:5000/")
+
+
+def test_a_release_without_a_source_names_the_fix(release_dir):
+    (release_dir / "tpu.txt").write_text(_lock_text([("absl-py", "2.1.0", "a" * 64)]))
+    with pytest.raises(engine.ImageError, match="9.0.0 names no source commit.*--dev"):
+        build.pax_source("9.0.0", "tpu")
+    (release_dir / "release.toml").write_text('version = "9.0.0"\nsource = "' + "e" * 40 + '"\n')
+    with pytest.raises(engine.ImageError, match="source commit eeeeeeeeeeee is not in this clone"):
+        build.pax_source("9.0.0", "tpu")
+
+
+def test_dev_tags_name_the_commit_and_a_changed_tree():
+    assert build.PaxSource("ab" * 20, dev=False, epoch=0).tag_suffix == ""
+    assert build.PaxSource("ab" * 20, dev=True, epoch=0).tag_suffix == "-dev.abababa"
+    dirty = build.PaxSource("cd" * 20 + "-dirty", dev=True, epoch=0)
+    assert dirty.tag_suffix == "-dev.cdcdcdc.dirty"
+
+
+def test_a_release_wheel_is_its_source_tree_not_the_checkout(tmp_path):
+    """1.4.0's source predates pax.envinfo and pax.images: its wheel has neither, whatever this
+    checkout holds, carries its own lock, and is the same bytes when built again."""
+    rel = catalog.resolve("1.4.0")
+    origin = build.pax_source("1.4.0", "tpu")
+    assert origin.revision == rel.meta["source"] and not origin.dev
+    own = "pax/_releases/1.4.0/tpu.txt"
+    first = build.build_pax_wheel(tmp_path / "a", origin, own)
+    second = build.build_pax_wheel(tmp_path / "b", origin, own)
+    assert first.read_bytes() == second.read_bytes()
+    with zipfile.ZipFile(first) as wheel:
+        names = set(wheel.namelist())
+        assert wheel.read(own) == rel.lockfile("tpu").read_bytes()
+    assert "pax/main.py" in names and "pax/dist/images.py" in names
+    assert "pax/envinfo.py" not in names and not any(n.startswith("pax/images/") for n in names)
+    assert first.name == "pax-1.4.0-py3-none-any.whl"
+
+
+def test_smoke_and_publish_take_dev_or_image_not_both(release_dir):
+    with pytest.raises(engine.ImageError, match="--dev and --image name the image twice") as e:
+        cli.run(["smoke", "9.0.0", "tpu", "--dev", "--image", "pax:x"])
+    assert e.value.usage
 
 
 def test_images_module_imports_without_jax():

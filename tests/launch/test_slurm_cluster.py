@@ -8,7 +8,8 @@ the job must end with exit code 75 and one checkpoint at the step both processes
 resubmitted script must resume there and end with the final loss of an uninterrupted run.
 
 Runs with PAX_CONTAINER_TESTS=1 and SLURM_CONF naming a running cluster (.ci/run starts it);
-the docker case needs the image `./noxw -s build -- 1.4.0 tpu` makes (PAX_CONTAINER_RELEASE).
+the docker case needs this checkout's image on the release's lock, which
+`./noxw -s build -- RELEASE tpu --dev` makes (PAX_CONTAINER_RELEASE, default the newest).
 """
 
 import json
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from pax.images import engine
+from pax.images import build, engine
+from pax.releases import catalog
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("PAX_CONTAINER_TESTS") != "1",
@@ -29,7 +31,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-RELEASE = os.environ.get("PAX_CONTAINER_RELEASE", "1.4.0")
+RELEASE = os.environ.get("PAX_CONTAINER_RELEASE") or catalog.newest().version
 STEPS = 120
 SETS = [
     "NUM_LAYERS=2",
@@ -79,7 +81,7 @@ def _submit(script, job_dir, runtime):
         "PAX_RUNTIME": runtime,
         "PAX_VENV": str(ROOT / ".venv" / f"pax-{RELEASE}-cpu"),
         "PAX_CHECKOUT": str(ROOT),
-        "PAX_IMAGE": engine.image_ref(RELEASE, "tpu"),
+        "PAX_IMAGE": build.dev_ref(RELEASE, "tpu"),
         "JAX_PLATFORMS": "cpu",
         "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
     }
@@ -133,8 +135,10 @@ def _train_losses(job_dir) -> dict:
 @pytest.fixture(scope="module")
 def docker_image():
     engine.require_engine()
-    if not engine.image_exists(engine.image_ref(RELEASE, "tpu")):
-        pytest.fail(f"{engine.image_ref(RELEASE, 'tpu')} missing: ./noxw -s build -- {RELEASE} tpu")
+    if not engine.image_exists(build.dev_ref(RELEASE, "tpu")):
+        pytest.fail(
+            f"{build.dev_ref(RELEASE, 'tpu')} missing: ./noxw -s build -- {RELEASE} tpu --dev"
+        )
 
 
 @pytest.mark.parametrize("runtime", ["venv", "docker"])

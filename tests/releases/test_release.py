@@ -141,6 +141,18 @@ def test_source_is_in_history_and_holds_the_locks(rel):
     assert source.lock_sha256s(rel, rev) == rel.meta["locks"]
 
 
+def test_a_shallow_clone_without_the_source_says_how_to_fetch_it(tmp_path):
+    clone = tmp_path / "shallow"
+    subprocess.run(
+        ["git", "clone", "--quiet", "--depth=1", f"file://{ROOT}", str(clone)], check=True
+    )
+    rel = release.resolve("1.4.0", root=clone)
+    if source.has_commit(source.recorded(rel), clone):
+        pytest.skip("1.4.0's source is HEAD here: nothing to fetch")
+    with pytest.raises(source.SourceError, match="shallow: run git fetch --unshallow"):
+        source.require(rel, clone)
+
+
 def test_releases_from_1_7_0_on_carry_their_number_as_the_package_version():
     """The cut sets pyproject.toml's version to the release's (earlier sources said 1.4.0)."""
     for rel in RELEASES:

@@ -3,6 +3,8 @@
 The release locks here are the real ones under releases/, read by pax.lockfile as everywhere.
 """
 
+import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -51,6 +53,20 @@ def test_identity_file_round_trips(tmp_path):
     prefix = _prefix(tmp_path, ident)
     assert envinfo.read_identity(prefix) == ident
     assert envinfo.read_identity(tmp_path) is None
+
+
+def test_identity_names_the_source_revision_and_older_files_still_read(tmp_path):
+    """An image's identity names the commit its pax came from; files written before that field
+    (and venvs', which run the checkout) have none and read as before."""
+    built = dataclasses.replace(_identity(), source_revision="0f65f91" + "0" * 33)
+    prefix = _prefix(tmp_path, built)
+    assert envinfo.read_identity(prefix) == built
+    assert json.loads(built.to_json())["source_revision"] == built.source_revision
+    older = json.loads(_identity().to_json())
+    assert "source_revision" not in older
+    (prefix / envinfo.IDENTITY_FILE).write_text(json.dumps(older))
+    assert envinfo.read_identity(prefix) == _identity()
+    assert envinfo.read_identity(prefix).source_revision is None
 
 
 @pytest.mark.parametrize(
