@@ -19,7 +19,6 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import table as bench_table
 from pax.bisect import cli as bisect_cli
-from pax.curves import CurvesError
 from pax.curves import band as refs
 from pax.docs import blocks as doc_blocks
 from pax.environments import runs, test_runner, venv
@@ -47,12 +46,9 @@ def _release(session: nox.Session, args: list[str]) -> catalog.Release:
 
 
 def _env(session: nox.Session, release: catalog.Release, platform: str) -> venv.Env:
-    try:
+    failed = (venv.EnvMismatch, FileNotFoundError, subprocess.CalledProcessError)
+    with _errors(session, *failed, prefix=f"the {release.version} {platform} env: "):
         return venv.ensure(release, platform, log=session.log)
-    except (venv.EnvMismatch, FileNotFoundError) as err:
-        session.error(str(err))
-    except subprocess.CalledProcessError as err:
-        session.error(f"building the {release.version} {platform} env failed: {err}")
 
 
 def _in_env(session: nox.Session, module: str, defaults=None, platform=True, or_args=()) -> list:
@@ -93,11 +89,9 @@ def decode(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def env(session: nox.Session) -> None:
-    """A release env's identity and drift (pax env): `env -- [RELEASE] [PLATFORM] [--json]`.
-    Only the repo on the path, no PAX_* variables: what a run started by hand from it sees."""
+    """A release env's identity and drift, as a run started by hand sees it: `env -- [R] [P] [--json]`."""
     args = list(session.posargs)
-    release = _release(session, args)
-    platform = catalog.pop_platform(args)
+    release, platform = _release(session, args), catalog.pop_platform(args)
     python = venv.existing_python(release, platform) or _env(session, release, platform).python
     session.run(python, "-m", "pax", "env", *args, env={"PYTHONPATH": str(ROOT)}, external=True)
 
@@ -118,6 +112,12 @@ def _images(session: nox.Session, command: str, usage: str) -> None:
 def build(session: nox.Session) -> None:
     """Build pax:RELEASE-PLATFORM from the release's source: `build -- RELEASE tpu|gpu [--dev]`."""
     _images(session, "build", "RELEASE tpu|gpu [--dev] [--base-image IMAGE]")
+
+
+@nox.session(venv_backend="none")
+def verify(session: nox.Session) -> None:
+    """Build twice from scratch, compare image IDs, check provenance: `verify -- RELEASE PLATFORM`."""
+    _images(session, "verify", "RELEASE tpu|gpu [--dev] [--base-image IMAGE]")
 
 
 @nox.session(venv_backend="none")
@@ -164,9 +164,9 @@ def release(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def readme(session: nox.Session) -> None:
     """Regenerate README's, CHANGELOG's, docs' generated blocks: `readme -- [--check]`."""
-    check = "--check" in session.posargs
     with _errors(session, readme_blocks.ReadmeError):
-        doc_blocks.main(ROOT, check, extra=[bench_table.block()], log=session.log)
+        check, extra = "--check" in session.posargs, [bench_table.block()]
+        doc_blocks.main(ROOT, check, extra=extra, log=session.log)
 
 
 @nox.session(venv_backend="none")
@@ -216,7 +216,7 @@ def references(session: nox.Session) -> None:
     """Re-record a reference band, runs in the CPU env: `references -- [RELEASE] [--help]`."""
     args = list(session.posargs)
     release = _release(session, args)
-    with _errors(session, CurvesError, prefix="references: "):
+    with _errors(session, refs.CurvesError, prefix="references: "):
         parsed = refs.parse_args(args)
         env = _env(session, release, "cpu")
         run_env = {**os.environ, **env.session_env()}

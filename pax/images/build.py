@@ -1,13 +1,17 @@
-"""`docker build` of pax:<release>-<platform> from a staged context: the lock, its wheelhouse,
-a pax wheel of the release's source commit (`git archive`; with --dev, of this checkout, tagged
-pax:<release>-<platform>-dev.<sha>), the env's identity file and the image's SBOM; the tag is set
-only when the whole build succeeded. The recipe (Dockerfile, in-image check, this harness) is
-this checkout's."""
+"""pax:<release>-<platform>, built by buildah (pax.images.buildah) from a staged context: the lock,
+its wheelhouse, a pax wheel of the release's source commit (`git archive`; with --dev, of this
+checkout, tagged pax:<release>-<platform>-dev.<sha>), the env's identity file, the image's SBOM
+and its provenance statement; the tag is set only when the whole build succeeded. The recipe
+(Dockerfile, in-image check) is this checkout's, named in the image by its content's sha256, and
+everything is dated by the source commit, so the same release and recipe on the same base give
+the same image ID whenever they are built."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -15,12 +19,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 import zipfile
 from pathlib import Path
 from typing import Optional
 
 from pax import envinfo, git, lockfile, pip
+from pax.images import buildah, provenance, reproduce
 from pax.images.engine import (
     IMAGE_REPO,
     LOCK_IN_IMAGE,
@@ -28,6 +32,7 @@ from pax.images.engine import (
     docker,
     image_exists,
     image_ref,
+    label,
     require_engine,
 )
 from pax.images.wheelhouse import (
@@ -84,15 +89,6 @@ def pax_source(release: str, platform: str, dev: bool = False) -> PaxSource:
 def dev_ref(release: str, platform: str) -> str:
     """The tag `build --dev` gives this checkout's image: pax:R-P-dev.<sha>[.dirty]."""
     return image_ref(release, platform) + pax_source(release, platform, dev=True).tag_suffix
-
-
-def recipe_revision(platform: str) -> str:
-    """HEAD, whose Dockerfile, in-image check and harness build every image; "-dirty" when
-    those files have uncommitted changes."""
-    head = (_git_or_none("rev-parse", "HEAD") or "unknown").strip()
-    recipe = (f"Dockerfile.{platform}", "ci/verify_image_env.py", "pax/lockfile.py", "pax/images")
-    changed = _git_or_none("status", "--porcelain", "--", *recipe)
-    return head + ("-dirty" if changed else "")
 
 
 def _copy_checkout(src: Path) -> None:
@@ -273,7 +269,37 @@ def stage_context(
     (ctx / envinfo.IDENTITY_FILE).write_text(identity.to_json())
 
 
-def build(
+def recipe_files(platform: str) -> dict[str, Path]:
+    """This checkout's files that make every image (the recipe), by their path in the context."""
+    return {
+        f"Dockerfile.{platform}": REPO_ROOT / f"Dockerfile.{platform}",
+        "ci/verify_image_env.py": REPO_ROOT / "ci" / "verify_image_env.py",
+        "ci/pax_lockfile.py": REPO_ROOT / "pax" / "lockfile.py",
+    }
+
+
+def recipe_sha256(platform: str) -> str:
+    """The recipe by content, not by commit: a new commit that leaves it as it was builds the
+    same image."""
+    digest = hashlib.sha256()
+    for name, path in sorted(recipe_files(platform).items()):
+        digest.update(f"{name}\0{sha256_file(path)}\n".encode())
+    return digest.hexdigest()
+
+
+@dataclasses.dataclass
+class Staged:
+    """A build's context and arguments: everything that decides the image's bytes."""
+
+    context: Path
+    dockerfile: Path
+    args: dict[str, str]
+    epoch: int
+    tag: str
+
+
+@contextlib.contextmanager
+def staged(
     release: str,
     platform: str,
     base_image: str = DEFAULT_BASE_IMAGE,
@@ -282,20 +308,14 @@ def build(
     check_hashes: bool = True,
     dev: bool = False,
     log=sys.stderr,
-) -> str:
-    """Build the image; returns its tag. Only a successful build is tagged. Its pax is the
-    release's source commit's (`git archive`), or with dev this checkout's, tagged
-    pax:RELEASE-PLATFORM-dev.<sha>[.dirty]; the recipe is this checkout's either way."""
+):
+    """Stage a build in a temporary directory (removed on exit): the pax wheel of the release's
+    source commit (`git archive`), or with dev of this checkout (tagged
+    pax:RELEASE-PLATFORM-dev.<sha>[.dirty]); the lock's wheels; the recipe (this checkout's);
+    the env's identity file, the SBOM and the provenance statement."""
     lock = lock_path(release, platform)
     origin = pax_source(release, platform, dev=dev)
-    require_engine()
-    if not image_exists(base_image):
-        hint = (
-            "build it with ci/base-image.sh"
-            if base_image == DEFAULT_BASE_IMAGE
-            else f"docker pull {base_image}"
-        )
-        raise ImageError(f"base image {base_image} is not present locally; {hint}")
+    base_id = buildah.base_id(base_image)
     default_wheelhouse = wheelhouse is None
     wheelhouse = Path(wheelhouse) if wheelhouse else wheelhouse_dir(release, platform)
     if check_hashes:
@@ -305,105 +325,129 @@ def build(
             if not (default_wheelhouse and "lacks wheels" in str(e)):
                 raise
             prepare_wheelhouse(release, platform, wheelhouse, log=log)  # fetch what is missing
-    version = lock.parent.name + origin.tag_suffix  # 1.4.0, or 1.6.0-dev.<sha>
-    tag = tag or f"{image_ref(lock.parent.name, platform)}{origin.tag_suffix}"
-    lock_sha = sha256_file(lock)
-    recipe = recipe_revision(platform)
-    tmp_tag = f"{IMAGE_REPO}-build:{release}-{platform}-{uuid.uuid4().hex[:12]}"
-    # Dated by its inputs (the later of the source's and the recipe's commits), not the clock, so
-    # a rebuild of the same source and recipe is the same image.
-    epoch = max(origin.epoch, source_date_epoch())
-    created = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime(
-        "%Y-%m-%dT%H:%M:%SZ"
-    )
+    name = lock.parent.name
+    version = name + origin.tag_suffix  # 1.4.0, or 1.6.0-dev.<sha>
+    tag = tag or f"{image_ref(name, platform)}{origin.tag_suffix}"
     own_lock = None
-    if catalog.looks_like_release(lock.parent.name) and lock.parent.name != catalog.NIGHTLY:
-        own_lock = f"pax/_releases/{lock.parent.name}/{platform}.txt"
+    if catalog.looks_like_release(name) and name != catalog.NIGHTLY:
+        own_lock = f"pax/_releases/{name}/{platform}.txt"
     with tempfile.TemporaryDirectory(prefix="pax-ctx-") as tmp:
-        ctx = Path(tmp)
-        pax_wheel = build_pax_wheel(ctx / "paxwheel", origin, own_lock)
-        stage_context(
-            release, platform, wheelhouse, pax_wheel, ctx / "context", revision=origin.revision
-        )
+        ctx = Path(tmp) / "context"
+        pax_wheel = build_pax_wheel(Path(tmp) / "paxwheel", origin, own_lock)
+        stage_context(release, platform, wheelhouse, pax_wheel, ctx, revision=origin.revision)
+        sbom = ctx / "sbom.cdx.json"
         sbom_sha = write_sbom(
-            release,
-            platform,
-            lock,
-            wheelhouse,
-            pax_wheel,
-            ctx / "context" / "sbom.cdx.json",
-            verify_hashes=check_hashes,
-            epoch=origin.epoch,
+            release, platform, lock, wheelhouse, pax_wheel, sbom, check_hashes, origin.epoch
         )
-        cmd = [
-            "build",
-            "--network",
-            "none",
-            "--pull=false",
-            "--force-rm",
-            "-f",
-            str(ctx / "context" / f"Dockerfile.{platform}"),
-            "-t",
-            tmp_tag,
-            "--build-arg",
-            f"RELEASE={release}",
-            "--build-arg",
-            f"BASE_IMAGE={base_image}",
-            "--build-arg",
-            f"LOCK_SHA256={lock_sha}",
-            "--build-arg",
-            f"SBOM_SHA256={sbom_sha}",
-            "--build-arg",
-            f"REVISION={origin.revision}",
-            "--build-arg",
-            f"RECIPE_REVISION={recipe}",
-            "--build-arg",
-            f"VERSION={version}",
-            "--build-arg",
-            f"IMAGE={tag}",
-            "--build-arg",
-            f"CREATED={created}",
-            str(ctx / "context"),
-        ]
+        command = ["./noxw", "-s", "build", "--", release, platform, *(["--dev"] if dev else [])]
+        statement = provenance.statement(
+            catalog.load(lock.parent),
+            platform,
+            origin.revision,
+            base_id,
+            recipe=recipe_files(platform),
+            subjects={
+                f"releases/{name}/{platform}.txt": lock,
+                f"dist/{pax_wheel.name}": pax_wheel,
+                "sbom.cdx.json": sbom,
+            },
+            command=command,
+            builder=buildah.version(),
+        )
+        args = {
+            "RELEASE": release,
+            "BASE_IMAGE": base_id,
+            "LOCK_SHA256": sha256_file(lock),
+            "SBOM_SHA256": sbom_sha,
+            "PROVENANCE_SHA256": provenance.write(statement, ctx / provenance.FILENAME),
+            "REVISION": origin.revision,
+            "RECIPE_SHA256": recipe_sha256(platform),
+            "VERSION": version,
+            "IMAGE": tag,
+            "SOURCE_DATE_EPOCH": str(origin.epoch),
+            "CREATED": datetime.datetime.fromtimestamp(
+                origin.epoch, datetime.timezone.utc
+            ).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
         what = "this checkout" if origin.dev else "source"
         print(
-            f"pax images: docker build {tag} (from {base_image}, lock sha256 {lock_sha[:12]}, "
-            f"pax of {what} {origin.revision[:12]}, recipe {recipe[:12]})",
+            f"pax images: build {tag} (base {base_id[7:19]}, lock sha256 "
+            f"{args['LOCK_SHA256'][:12]}, pax of {what} {origin.revision[:12]}, recipe "
+            f"{args['RECIPE_SHA256'][:12]})",
             file=log,
         )
+        yield Staged(ctx, ctx / f"Dockerfile.{platform}", args, origin.epoch, tag)
+
+
+def _build_in_store(stage: Staged, store_tag: str, release: str, platform: str) -> str:
+    """buildah on a staged context; the image ID, or ImageError with the failing step's line."""
+    try:
+        image_id, _ = buildah.build(
+            stage.context, stage.dockerfile, store_tag, stage.args, stage.epoch
+        )
+        return image_id
+    except buildah.BuildFailed as e:
+        saved = _save_log(e.output, release, platform)
+        if any(m in e.output for m in HASH_MISMATCH_MARKERS):
+            raise ImageError(
+                f"wheel hash mismatch: pip refused a wheel that does not match "
+                f"releases/{release}/{platform}.txt (tampered or corrupt wheelhouse); delete "
+                f"wheelhouse/{release}-{platform} and rerun; no image tagged; log {saved}"
+            ) from None
+        lines = e.output.splitlines()
+        errs = [ln for ln in lines if "pax-verify" in ln or "ERROR" in ln or "error" in ln]
+        tail = (errs or [ln for ln in lines if ln.strip()] or ["(no output)"])[-1].strip()
+        raise ImageError(
+            f"build of {stage.tag} failed: {tail}; no image tagged; log {saved}"
+        ) from None
+
+
+def build(release: str, platform: str, log=sys.stderr, **options) -> str:
+    """Build the image (options: `staged`'s) into the Docker engine; returns its tag, set only
+    when the whole build succeeded."""
+    require_engine()
+    with staged(release, platform, log=log, **options) as stage:
+        # The provenance digest covers every input (source, locks, wheels, base, recipe,
+        # builder) and the build reproduces, so an image that carries it is this build's result.
+        built = image_exists(stage.tag) and label(stage.tag, provenance.LABEL)
+        if built == stage.args["PROVENANCE_SHA256"]:
+            print(f"pax images: {stage.tag} is up to date (same provenance)", file=log)
+            return stage.tag
+        store_tag = f"localhost/{IMAGE_REPO}-build:{release}-{platform}-{os.getpid()}"
         t0 = time.monotonic()
-        r = docker(*cmd, check=False, capture=True)
-        (ctx / "build.log").write_text(r.stdout + r.stderr)
-        if r.returncode != 0:
-            if image_exists(tmp_tag):
-                docker("rmi", tmp_tag, check=False)
-            out = r.stdout + r.stderr
-            saved = _save_log(out, release, platform)
-            if any(m in out for m in HASH_MISMATCH_MARKERS):
-                raise ImageError(
-                    f"wheel hash mismatch: pip refused a wheel in {wheelhouse} that does not "
-                    f"match {lock} (tampered or corrupt wheelhouse); delete it and rerun; "
-                    f"no image tagged; log {saved}"
-                )
-            errs = [
-                ln
-                for ln in out.splitlines()
-                if "pax-verify" in ln or "ERROR" in ln or "error" in ln
-            ]
-            tail = (errs or [ln for ln in out.splitlines() if ln.strip()] or ["(no output)"])[
-                -1
-            ].strip()
-            raise ImageError(f"docker build of {tag} failed: {tail}; no image tagged; log {saved}")
-    docker("tag", tmp_tag, tag)
-    docker("rmi", tmp_tag, check=False)
-    saved = _save_log(r.stdout + r.stderr, release, platform)
-    size = docker("image", "inspect", "-f", "{{.Size}}", tag).stdout.strip()
+        try:
+            image_id = _build_in_store(stage, store_tag, release, platform)
+            buildah.to_docker(store_tag, stage.tag)
+        finally:
+            buildah.remove(store_tag)
+    size = docker("image", "inspect", "-f", "{{.Size}}", stage.tag).stdout.strip()
     print(
-        f"pax images: built {tag} in {time.monotonic() - t0:.0f}s, "
-        f"{int(size) / 1e6:.0f} MB (log {saved})",
+        f"pax images: built {stage.tag} {image_id} in {time.monotonic() - t0:.0f}s, "
+        f"{int(size) / 1e6:.0f} MB",
         file=log,
     )
-    return tag
+    return stage.tag
+
+
+def verify(release: str, platform: str, log=sys.stderr, **options) -> dict:
+    """Build the image twice, each staged and built from scratch: the same image ID, or
+    ImageError naming what differs (pax.images.reproduce). The image then goes into the Docker
+    engine under its tag, as `build` puts it, and its provenance is checked against the release
+    record."""
+    require_engine()
+    stages = []
+
+    def build_once(store_tag: str) -> str:
+        with staged(release, platform, log=log, **options) as stage:
+            stages.append(stage)
+            return _build_in_store(stage, store_tag, release, platform)
+
+    result = reproduce.verify(build_once, lambda t: buildah.to_docker(t, stages[0].tag), log=log)
+    tag, revision = stages[0].tag, stages[0].args["REVISION"]
+    record = catalog.load(lock_path(release, platform).parent)
+    result["provenance"] = provenance.check_image(tag, record, platform, revision)
+    print(f"pax images: {tag} reproduces: {result['image_id']}", file=log)
+    return {"image": tag, **result}
 
 
 def _save_log(text: str, release: str, platform: str) -> Path:

@@ -6,18 +6,21 @@ they produce:
 
   wheelhouse  pip download exactly the release's lockfile (hash-checked, binary only,
               for Linux x86_64 CPython, catalog.PYTHON) into wheelhouse/<release>-<platform>/
-  build       pax wheel of the release's source commit + staged build context ->
-              `docker build --network none` under a temporary tag; `pax:<release>-<platform>`
-              is tagged only when the build (including pip's hash check, pip check and the
-              lock comparison) succeeded. --dev: this checkout's pax on the release's locks,
-              tagged `pax:<release>-<platform>-dev.<sha>[.dirty]`
+  build       pax wheel of the release's source commit + staged build context -> buildah
+              (no network, dated by the source commit, pinned base) into the Docker engine;
+              `pax:<release>-<platform>` is tagged only when the build (including pip's hash
+              check, pip check and the lock comparison) succeeded. --dev: this checkout's pax
+              on the release's locks, tagged `pax:<release>-<platform>-dev.<sha>[.dirty]`
+  verify      build twice from scratch: the same image ID, or the files that differ
   smoke       run the image offline on the tiny experiment and check the job directory
   publish     over HTTPS to HOST:PORT with the Docker config's credentials: push under a
               candidate tag, pull back by the registry's digest and verify, then move
               <release>-<platform> and latest-<platform> to that manifest
+  provenance  read the image's provenance statement and check it against the release record
 
     python -m pax.images build 1.4.0 tpu
     python -m pax.images build 1.6.0 tpu --dev
+    python -m pax.images verify 1.6.0 tpu
     python -m pax.images smoke 1.4.0 tpu
     python -m pax.images publish 1.4.0 tpu --registry 127.0.0.1:5000
 
@@ -33,8 +36,10 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from pax.images.build import DEFAULT_BASE_IMAGE, build, dev_ref
-from pax.images.engine import ImageError
+from pax.images import build as build_lib
+from pax.images import provenance
+from pax.images.build import DEFAULT_BASE_IMAGE, build, dev_ref, verify
+from pax.images.engine import ImageError, image_ref
 from pax.images.publish import publish
 from pax.images.smoke import SMOKE_STEPS, smoke
 from pax.images.wheelhouse import prepare_wheelhouse
@@ -44,18 +49,19 @@ from pax.releases import catalog
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pax.images", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name in ("wheelhouse", "build", "smoke", "publish"):
+    for name in ("wheelhouse", "build", "verify", "smoke", "publish", "provenance"):
         s = sub.add_parser(name)
         s.add_argument("release")
         s.add_argument("platform")
-        if name == "build":
+        if name in ("build", "verify"):
             s.add_argument(
                 "--base-image",
                 default=os.environ.get("PAX_BASE_IMAGE", DEFAULT_BASE_IMAGE),
                 help=f"default {DEFAULT_BASE_IMAGE} (ci/base-image.sh); or e.g. "
                 f"{catalog.BASE_IMAGE}",
             )
-            s.add_argument("--tag", help="default pax:RELEASE-PLATFORM")
+            if name == "build":
+                s.add_argument("--tag", help="default pax:RELEASE-PLATFORM")
             s.add_argument("--wheelhouse", type=Path, help="default wheelhouse/RELEASE-PLATFORM")
             s.add_argument(
                 "--dev",
@@ -63,14 +69,15 @@ def parser() -> argparse.ArgumentParser:
                 help="pax from this checkout, not the release's source: pax:RELEASE-PLATFORM-"
                 "dev.<sha>[.dirty]",
             )
-        if name in ("smoke", "publish"):
+        if name in ("smoke", "publish", "provenance"):
             s.add_argument(
                 "--dev",
                 action="store_true",
                 help="the image `build --dev` tags for this checkout (pax:RELEASE-PLATFORM-dev.<sha>)",
             )
-        if name == "smoke":
+        if name in ("smoke", "provenance"):
             s.add_argument("--image", help="default pax:RELEASE-PLATFORM")
+        if name == "smoke":
             s.add_argument("--steps", type=int, default=SMOKE_STEPS)
             s.add_argument("--keep", type=Path, help="keep the job directory here")
         if name == "publish":
@@ -88,7 +95,7 @@ def parser() -> argparse.ArgumentParser:
 def run(argv: list[str], log=sys.stderr) -> object:
     """Parse and run one command; raises ImageError (argparse exits 2 on malformed arguments)."""
     a = parser().parse_args(argv)
-    if getattr(a, "dev", False) and a.cmd != "build":
+    if getattr(a, "dev", False) and a.cmd not in ("build", "verify"):
         if a.image:
             raise ImageError(
                 f"{a.cmd}: --dev and --image name the image twice; give one", usage=True
@@ -96,16 +103,19 @@ def run(argv: list[str], log=sys.stderr) -> object:
         a.image = dev_ref(a.release, a.platform)
     if a.cmd == "wheelhouse":
         return prepare_wheelhouse(a.release, a.platform, log=log)
-    if a.cmd == "build":
-        return build(
-            a.release,
-            a.platform,
-            base_image=a.base_image,
-            tag=a.tag,
-            wheelhouse=a.wheelhouse,
-            dev=a.dev,
-            log=log,
-        )
+    if a.cmd in ("build", "verify"):
+        options = dict(base_image=a.base_image, wheelhouse=a.wheelhouse, dev=a.dev, log=log)
+        if a.cmd == "verify":
+            return verify(a.release, a.platform, **options)
+        return build(a.release, a.platform, tag=a.tag, **options)
+    if a.cmd == "provenance":
+        try:
+            release = catalog.resolve(a.release)
+        except catalog.UnknownRelease as e:
+            raise ImageError(str(e), usage=True) from None
+        image = a.image or image_ref(release.version, a.platform)
+        revision = build_lib.pax_source(a.release, a.platform, dev=True).revision if a.dev else None
+        return provenance.check_image(image, release, a.platform, revision)
     if a.cmd == "smoke":
         return smoke(a.release, a.platform, image=a.image, steps=a.steps, keep=a.keep, log=log)
     return publish(a.release, a.platform, a.registry, image=a.image, ca=a.ca_bundle, log=log)

@@ -60,6 +60,30 @@ def _run_python(image: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+_READ_BACK = (
+    "import hashlib, sys\n"
+    "data = open(sys.argv[1], 'rb').read()\n"
+    "sys.stdout.write(hashlib.sha256(data).hexdigest() + '\\n' + data.decode())\n"
+)
+
+
+def read_labelled_file(image: str, path: str, label_name: str) -> tuple[str, str]:
+    """(text, sha256) of a file in the image whose sha256, taken inside the image, must be the
+    image's label `label_name` (the SBOM, the provenance statement)."""
+    r = _run_python(image, "-c", _READ_BACK, path)
+    if r.returncode != 0:
+        lines = (r.stdout + r.stderr).strip().splitlines()
+        raise ImageError(f"{image} has no readable {path}: {lines[-1] if lines else ''}")
+    digest, _, text = r.stdout.partition("\n")
+    want = label(image, label_name)
+    if digest != want:
+        raise ImageError(
+            f"{image}: {path} has sha256 {digest[:12]}, its label {label_name} says "
+            f"{want[:12] or '(none)'}"
+        )
+    return text, digest
+
+
 def label(image: str, name: str) -> str:
     """One OCI label of a local image ("" when it has none)."""
     out = docker("image", "inspect", "-f", "{{json .Config.Labels}}", image).stdout

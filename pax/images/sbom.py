@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 from pax import lockfile
-from pax.images.engine import ImageError, docker, label
+from pax.images.engine import ImageError, read_labelled_file
 
 SBOM_IN_IMAGE = "/opt/pax/sbom.cdx.json"
 SBOM_LABEL = "io.pax.sbom.sha256"
@@ -198,39 +198,10 @@ def check(text: str, lock: Path, release: str, platform: str) -> dict:
     return {"components": len(found) + 1, "with_license": licensed, "pax": pax}
 
 
-_READ_BACK = (
-    "import hashlib, sys\n"
-    "data = open(sys.argv[1], 'rb').read()\n"
-    "sys.stdout.write(hashlib.sha256(data).hexdigest() + '\\n' + data.decode())\n"
-)
-
-
 def check_image(image: str, lock: Path, release: str, platform: str) -> dict:
     """Read the SBOM back out of an image: its sha256 (taken inside the image) must be the
     image's SBOM_LABEL, and its content must `check` against the lock."""
-    r = docker(
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "--entrypoint",
-        "python",
-        image,
-        "-c",
-        _READ_BACK,
-        SBOM_IN_IMAGE,
-        check=False,
-    )
-    if r.returncode != 0:
-        lines = (r.stdout + r.stderr).strip().splitlines()
-        raise ImageError(f"{image} has no readable {SBOM_IN_IMAGE}: {lines[-1] if lines else ''}")
-    digest, _, text = r.stdout.partition("\n")
-    want = label(image, SBOM_LABEL)
-    if digest != want:
-        raise ImageError(
-            f"{image}: {SBOM_IN_IMAGE} has sha256 {digest[:12]}, its label {SBOM_LABEL} says "
-            f"{want[:12] or '(none)'}"
-        )
+    text, digest = read_labelled_file(image, SBOM_IN_IMAGE, SBOM_LABEL)
     return {"sha256": digest, **check(text, lock, release, platform)}
 
 

@@ -1,0 +1,113 @@
+"""`./noxw -s verify -- RELEASE PLATFORM`: build a release's image twice, each from scratch, and
+compare. The same image ID means the build reproduces; otherwise the report names the config
+fields and the layers that differ, and in each layer the files, as Debian's diffoscope finds
+them in the two layer tarballs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pax.images import buildah
+from pax.images.engine import ImageError
+
+DIFFOSCOPE_TIMEOUT_S = 900
+MAX_FILES = 20  # per layer, in the report
+
+
+def _blob(layout: Path, digest: str) -> Path:
+    algorithm, hexdigest = digest.split(":", 1)
+    return layout / "blobs" / algorithm / hexdigest
+
+
+def read_layout(layout: Path) -> tuple[dict, list[str]]:
+    """An OCI layout's (config, layer digests) for its one image."""
+    index = json.loads((layout / "index.json").read_text())
+    manifest = json.loads(_blob(layout, index["manifests"][0]["digest"]).read_text())
+    config = json.loads(_blob(layout, manifest["config"]["digest"]).read_text())
+    return config, [layer["digest"] for layer in manifest["layers"]]
+
+
+def differing_files(a: Path, b: Path) -> list[str]:
+    """The members of two tarballs whose content or metadata differ (diffoscope --json)."""
+    if shutil.which("diffoscope") is None:
+        raise ImageError("no diffoscope on PATH; ci/image-tools.sh installs diffoscope-minimal")
+    r = subprocess.run(
+        ["diffoscope", "--no-progress", "--json", "-", str(a), str(b)],
+        capture_output=True,
+        text=True,
+        timeout=DIFFOSCOPE_TIMEOUT_S,
+    )
+    if r.returncode == 0:
+        return []
+    try:
+        report = json.loads(r.stdout)
+    except json.JSONDecodeError:
+        lines = r.stderr.strip().splitlines()
+        raise ImageError(f"diffoscope failed: {lines[-1] if lines else r.returncode}") from None
+    return list(_members(report))
+
+
+def _members(node: dict):
+    """Member names under a diffoscope node, through the wrapper a compressed blob adds
+    ("<name>-content"). "file list" is the listing itself (modes, owners, times), which
+    diffoscope reports when only metadata differs."""
+    for detail in node.get("details", []):
+        name = detail["source1"]
+        if name.endswith("-content") and "/" not in name:
+            yield from _members(detail)
+        else:
+            yield name
+
+
+def compare(a: Path, b: Path) -> list[str]:
+    """Lines naming what differs between two OCI layouts (none when they are the same image)."""
+    config_a, layers_a = read_layout(a)
+    config_b, layers_b = read_layout(b)
+    lines = [
+        f"config {key}: {json.dumps(config_a.get(key))} vs {json.dumps(config_b.get(key))}"
+        for key in sorted((set(config_a) | set(config_b)) - {"rootfs"})
+        if config_a.get(key) != config_b.get(key)
+    ]
+    if len(layers_a) != len(layers_b):
+        lines.append(f"layers: {len(layers_a)} vs {len(layers_b)}")
+    for n, (la, lb) in enumerate(zip(layers_a, layers_b), start=1):
+        if la == lb:
+            continue
+        files = differing_files(_blob(a, la), _blob(b, lb))
+        shown = ", ".join(files[:MAX_FILES]) + (
+            f" (+{len(files) - MAX_FILES})" if len(files) > MAX_FILES else ""
+        )
+        lines.append(f"layer {n} ({la[7:19]} vs {lb[7:19]}): {shown or 'no member differs'}")
+    return lines
+
+
+def verify(build_once, keep=None, log=sys.stderr) -> dict:
+    """Run `build_once(tag) -> image ID` twice; ImageError naming the differences when the IDs
+    differ, else `keep(tag)` on the first (to copy it out). The two builds are removed from
+    buildah's store afterwards."""
+    tags = [f"localhost/pax-verify:{n}" for n in ("a", "b")]
+    ids, seconds = [], []
+    try:
+        for tag in tags:
+            t0 = time.monotonic()
+            ids.append(build_once(tag))
+            seconds.append(round(time.monotonic() - t0, 1))
+            print(f"pax images: verify build {len(ids)}: {ids[-1]} in {seconds[-1]:.0f}s", file=log)
+        if ids[0] == ids[1]:
+            if keep:
+                keep(tags[0])
+            return {"image_id": ids[0], "build_seconds": seconds}
+        with tempfile.TemporaryDirectory(prefix="pax-verify-") as tmp:
+            a, b = (buildah.save(tag, Path(tmp) / name) for tag, name in zip(tags, "ab"))
+            differences = compare(a, b)
+        raise ImageError(
+            f"two builds gave {ids[0]} and {ids[1]}: " + "; ".join(differences or ["?"])
+        )
+    finally:
+        buildah.remove(*tags)
