@@ -1,7 +1,9 @@
 """Publishing, as a registry client: push under a unique candidate tag, read its digest from the
 registry (checked against the manifest bytes), pull back by that digest and verify it (labels,
-the environment against its lock, the SBOM against its label and the lock), and only then put
-the same manifest bytes under <release>-<platform> and latest-<platform>."""
+the environment against its lock, the SBOM and the provenance statement against their labels,
+the lock and the release record), and only then put the same manifest bytes under
+<release>-<platform> and latest-<platform> (a dev image: under its own <release>-<platform>-dev.<sha>
+alone)."""
 
 from __future__ import annotations
 
@@ -12,18 +14,21 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from pax.images import provenance
 from pax.images.engine import (
     IMAGE_REPO,
     ImageError,
     docker,
     image_exists,
     image_ref,
+    label,
     require_engine,
     verify_in_image,
 )
 from pax.images.registry import Registry, ca_bundle, credentials
 from pax.images.sbom import check_image as check_sbom
 from pax.images.wheelhouse import lock_path, sha256_file
+from pax.releases import catalog
 
 REVISION_LABEL = "org.opencontainers.image.revision"
 VERSION_LABEL = "org.opencontainers.image.version"
@@ -93,8 +98,14 @@ def _verify(by_digest: str, image: str, release: str, platform: str, lock: Path)
         if ids[0] != ids[1]:
             raise ImageError(f"{by_digest} pulled back a different image than {image}")
         report = verify_in_image(by_digest)
-        # The bill of materials, as pulled: its sha256 is the label's, its content the lock's.
-        return report, check_sbom(by_digest, lock, release, platform)
+        # The bill of materials, as pulled: its sha256 is the label's, its content the lock's;
+        # the provenance statement agrees with the release record (a dev image's source is the
+        # checkout commit its label names).
+        bom = check_sbom(by_digest, lock, release, platform)
+        dev = label(by_digest, VERSION_LABEL).startswith(f"{release}-dev.")
+        revision = label(by_digest, "io.pax.source.revision") if dev else None
+        record = catalog.load(lock.parent)
+        return report, bom, provenance.check_image(by_digest, record, platform, revision)
     finally:
         docker("rmi", by_digest, check=False)
 
@@ -150,7 +161,15 @@ def publish(
     reg.check_access()
     # The image as it is now, by ID: a tag moved meanwhile cannot change what is pushed and checked.
     image_id = docker("image", "inspect", "-f", "{{.Id}}", image).stdout.strip()
-    tags = [f"{release}-{platform}", f"latest-{platform}"]
+    # A dev image (this checkout on the release's locks) goes under its own tag only: the
+    # release's tag and latest name release images.
+    version = label(image_id, VERSION_LABEL)
+    dev = version.startswith(f"{release}-dev.")
+    tags = (
+        [f"{release}-{platform}{version.removeprefix(release)}"]
+        if dev
+        else [f"{release}-{platform}", f"latest-{platform}"]
+    )
     before = {tag: reg.manifest(IMAGE_REPO, tag) for tag in tags}
     candidate = f"{release}-{platform}-candidate-{secrets.token_hex(6)}"
     remote = f"{registry}/{IMAGE_REPO}"
@@ -162,7 +181,7 @@ def publish(
         if served is None:
             raise ImageError(f"registry {registry} has no {IMAGE_REPO}:{candidate} after the push")
         digest, body, media = served
-        report, bom = _verify(f"{remote}@{digest}", image_id, release, platform, lock)
+        report, bom, origin = _verify(f"{remote}@{digest}", image_id, release, platform, lock)
         _move_tags(reg, tags, body, media, before)
     finally:
         docker("rmi", f"{remote}:{candidate}", check=False)
@@ -183,4 +202,5 @@ def publish(
         "candidate": {"tag": candidate, "deleted": deleted},
         "verify": report,
         "sbom": bom,
+        "provenance": origin,
     }
