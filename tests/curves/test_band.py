@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FAKE = textwrap.dedent("""\
     #!{python}
     import json, sys
-    sys.path.insert(0, {root!r})
+    sys.path[:0] = {path!r}  # the test's own: pytest may sit beside the env, not in it
     from pathlib import Path
     from tests.curves.conftest import config_for, write_run
     args = sys.argv[1:]
@@ -44,7 +44,7 @@ FAKE = textwrap.dedent("""\
 def fake_python(tmp_path):
     path = tmp_path / "bin" / "python"
     path.parent.mkdir()
-    path.write_text(FAKE.format(python=sys.executable, root=str(ROOT)))
+    path.write_text(FAKE.format(python=sys.executable, path=[str(ROOT), *sys.path]))
     path.chmod(0o755)
     return path
 

@@ -132,7 +132,8 @@ def test_the_image_identity_names_the_lock_inside_the_image(inputs):
 
 
 def test_the_pax_wheel_carries_the_release_locks(tmp_path):
-    wheel = build.build_pax_wheel(tmp_path)
+    checkout = build.pax_source(catalog.newest().version, "tpu", dev=True)
+    wheel = build.build_pax_wheel(tmp_path, checkout)
     names = set(zipfile.ZipFile(wheel).namelist())
     for release in catalog.list_releases():
         assert f"pax/_releases/{release.version}/cpu.txt" in names

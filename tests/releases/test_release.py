@@ -55,13 +55,24 @@ def test_looks_like_release():
     assert not release.looks_like_release("-k") and not release.looks_like_release("tests/releases")
 
 
+def _being_cut(rel) -> bool:
+    """A release whose record git does not hold yet: `./noxw -s release` runs the tests before
+    its commits, and its second commit records the source."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "--error-unmatch", str(rel.dir / "release.toml")],
+        cwd=ROOT,
+        capture_output=True,
+    )
+    return tracked.returncode != 0 and "source" not in rel.meta
+
+
 @pytest.mark.parametrize("rel", RELEASES, ids=lambda r: r.version)
 def test_release_toml_is_complete(rel):
     for key in (
         "version",
         "date",
         "branch",
-        "source",
+        *(() if _being_cut(rel) else ("source",)),
         "python",
         "base_image",
         "notes",
@@ -125,6 +136,8 @@ def test_constraints_file_matches_release_toml(rel):
 def test_source_is_in_history_and_holds_the_locks(rel):
     """release.toml's source is a commit of this history whose tree holds the release's locks
     with the sha256 recorded in [locks]: the tree images of the release are built from."""
+    if _being_cut(rel):
+        pytest.skip(f"{rel.version} is being cut: its second commit records the source")
     rev = source.recorded(rel)
     assert rev and re.fullmatch("[0-9a-f]{40}", rev), f"{rel.dir}/release.toml: source {rev!r}"
     if not source.has_commit(rev):
