@@ -1,1 +1,21 @@
 """Pax: experiments on JAX as configuration, with a reproducible distribution."""
+
+import importlib.metadata
+import pathlib
+import tomllib
+
+
+def _version() -> str:
+    """The installed package's version, or the checkout's pyproject.toml when run from source
+    (the release cut sets both to the release's number)."""
+    pyproject = pathlib.Path(__file__).resolve().parent.parent / "pyproject.toml"
+    if pyproject.is_file():
+        with open(pyproject, "rb") as f:
+            return tomllib.load(f)["project"]["version"]
+    try:
+        return importlib.metadata.version("pax")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+__version__ = _version()

@@ -189,3 +189,10 @@ def test_the_noxfile_imports_without_jax():
     if not tools.exists():
         pytest.skip("no .tools/venv: run the tests through ./noxw, which makes it")
     subprocess.run([tools, "-c", code], check=True, cwd=root, env={"PATH": "/usr/bin:/bin"})
+
+
+def test_the_package_version_is_the_newest_release():
+    """The cut sets pyproject's version to the release it cuts, and pax.__version__ reads it."""
+    import pax
+
+    assert pax.__version__ == release.newest().version
