@@ -247,12 +247,14 @@ def stage_context(
     ctx: Path,
     revision: str | None = None,
 ) -> None:
-    """A minimal build context: the recipe (this checkout's Dockerfile and in-image check, with
-    its lock reader), the lock, the wheels (hard links when possible), the pax wheel."""
+    """A minimal build context: the recipe (this checkout's Dockerfiles for the platform, joined
+    into one, and the in-image check with its lock reader), the lock, the wheels (hard links when
+    possible), the pax wheel."""
     lock = lock_path(release, platform)
     (ctx / "releases" / release).mkdir(parents=True)
     shutil.copy2(lock, ctx / "releases" / release / f"{platform}.txt")
-    shutil.copy2(REPO_ROOT / f"Dockerfile.{platform}", ctx / f"Dockerfile.{platform}")
+    recipe = [REPO_ROOT / name for name in dockerfiles(platform)]
+    (ctx / f"Dockerfile.{platform}").write_text("\n".join(f.read_text() for f in recipe))
     (ctx / "ci").mkdir()
     shutil.copy2(REPO_ROOT / "ci" / "verify_image_env.py", ctx / "ci" / "verify_image_env.py")
     shutil.copy2(REPO_ROOT / "pax" / "lockfile.py", ctx / "ci" / "pax_lockfile.py")
@@ -269,10 +271,16 @@ def stage_context(
     (ctx / envinfo.IDENTITY_FILE).write_text(identity.to_json())
 
 
+def dockerfiles(platform: str) -> list[str]:
+    """The Dockerfiles a platform's image is built from, in order: Dockerfile.tpu is the whole
+    recipe (PLATFORM a build argument), another platform's file adds its last lines to it."""
+    return ["Dockerfile.tpu"] + ([] if platform == "tpu" else [f"Dockerfile.{platform}"])
+
+
 def recipe_files(platform: str) -> dict[str, Path]:
-    """This checkout's files that make every image (the recipe), by their path in the context."""
+    """This checkout's files that make every image (the recipe), by their name in the checkout."""
     return {
-        f"Dockerfile.{platform}": REPO_ROOT / f"Dockerfile.{platform}",
+        **{name: REPO_ROOT / name for name in dockerfiles(platform)},
         "ci/verify_image_env.py": REPO_ROOT / "ci" / "verify_image_env.py",
         "ci/pax_lockfile.py": REPO_ROOT / "pax" / "lockfile.py",
     }
@@ -355,6 +363,7 @@ def staged(
             builder=buildah.version(),
         )
         args = {
+            "PLATFORM": platform,
             "RELEASE": release,
             "BASE_IMAGE": base_id,
             "LOCK_SHA256": sha256_file(lock),
