@@ -135,7 +135,12 @@ def test_build_smoke_publish_pull(engine, registry, tmp_path):
 
     published = publish.publish(RELEASE, PLATFORM, registry, image=tag)
     digest = published["digest"]
-    assert publish.registry_digest(registry, "pax", f"latest-{PLATFORM}") == digest
+    # A dev image goes under its own tag; the release's tag and latest name release images only.
+    dev_tag = tag.removeprefix("pax:")
+    assert published["refs"] == [f"{registry}/pax:{dev_tag}"]
+    assert publish.registry_digest(registry, "pax", dev_tag) == digest
+    assert publish.registry_digest(registry, "pax", f"latest-{PLATFORM}") is None
+    assert published["provenance"]["source"] == labels["io.pax.source.revision"]
     assert "pax-verify: ok" in published["verify"]
     assert published["sbom"]["sha256"] == labels[sbom.SBOM_LABEL]
 
