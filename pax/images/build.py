@@ -142,8 +142,8 @@ def build_pax_wheel(dest: Path, origin: PaxSource, own_lock: str | None = None) 
             # Trees older than the package-data line: setuptools takes the locks from a manifest.
             with open(src / "MANIFEST.in", "a") as f:
                 f.write("recursive-include pax/_releases *.txt\n")
-        # Same sources, same wheel bytes (zip timestamps from SOURCE_DATE_EPOCH), so an unchanged
-        # trainer keeps the image's pax layer cached.
+        # Same sources, same wheel bytes (zip timestamps from SOURCE_DATE_EPOCH): the image's pax
+        # layer, its SBOM and its provenance stay the same bytes too.
         env = {**pip.pip_env(), "SOURCE_DATE_EPOCH": str(origin.epoch)}
         r = subprocess.run(
             [pip.pip_python(), "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(src)],

@@ -88,7 +88,11 @@ def _push(ref: str, registry: str) -> None:
         )
 
 
-def _verify(by_digest: str, image: str, release: str, platform: str, lock: Path) -> tuple:
+def _verify(
+    by_digest: str, image: str, release: str, platform: str, lock: Path, revision: Optional[str]
+) -> tuple:
+    """Pull back by digest and check it; `revision`: a dev image's source commit, None for a
+    release image (checked against the release's recorded source)."""
     r = docker("pull", by_digest, check=False)
     if r.returncode != 0:
         raise ImageError(f"pull of {by_digest} failed: {(r.stderr or r.stdout).strip()}")
@@ -102,8 +106,6 @@ def _verify(by_digest: str, image: str, release: str, platform: str, lock: Path)
         # the provenance statement agrees with the release record (a dev image's source is the
         # checkout commit its label names).
         bom = check_sbom(by_digest, lock, release, platform)
-        dev = label(by_digest, VERSION_LABEL).startswith(f"{release}-dev.")
-        revision = label(by_digest, "io.pax.source.revision") if dev else None
         record = catalog.load(lock.parent)
         return report, bom, provenance.check_image(by_digest, record, platform, revision)
     finally:
@@ -165,6 +167,7 @@ def publish(
     # release's tag and latest name release images.
     version = label(image_id, VERSION_LABEL)
     dev = version.startswith(f"{release}-dev.")
+    revision = label(image_id, "io.pax.source.revision") if dev else None
     tags = (
         [f"{release}-{platform}{version.removeprefix(release)}"]
         if dev
@@ -181,7 +184,9 @@ def publish(
         if served is None:
             raise ImageError(f"registry {registry} has no {IMAGE_REPO}:{candidate} after the push")
         digest, body, media = served
-        report, bom, origin = _verify(f"{remote}@{digest}", image_id, release, platform, lock)
+        report, bom, origin = _verify(
+            f"{remote}@{digest}", image_id, release, platform, lock, revision
+        )
         _move_tags(reg, tags, body, media, before)
     finally:
         docker("rmi", f"{remote}:{candidate}", check=False)
