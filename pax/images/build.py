@@ -414,6 +414,7 @@ def _build_in_store(stage: Staged, store_tag: str, release: str, platform: str) 
 def build(release: str, platform: str, log=sys.stderr, **options) -> str:
     """Build the image (options: `staged`'s) into the Docker engine; returns its tag, set only
     when the whole build succeeded."""
+    lock_path(release, platform)  # a wrong release or platform is a usage error, engine or not
     require_engine()
     with staged(release, platform, log=log, **options) as stage:
         # The provenance digest covers every input (source, locks, wheels, base, recipe,
@@ -443,6 +444,7 @@ def verify(release: str, platform: str, log=sys.stderr, **options) -> dict:
     ImageError naming what differs (pax.images.reproduce). The image then goes into the Docker
     engine under its tag, as `build` puts it, and its provenance is checked against the release
     record."""
+    lock_path(release, platform)
     require_engine()
     stages = []
 
