@@ -271,6 +271,18 @@ def stage_context(
     (ctx / envinfo.IDENTITY_FILE).write_text(identity.to_json())
 
 
+def date_context(ctx: Path, epoch: int) -> None:
+    """Date every staged file and folder by the source commit, so a build step that records a
+    file's time (Python's timestamp .pyc) writes the same bytes in any checkout. The wheelhouse's
+    wheels are hard links to the user's files and stay as they are: nothing in a layer keeps a
+    wheel file's time."""
+    wheels = ctx / "wheelhouse"
+    for path in sorted(ctx.rglob("*"), reverse=True):  # a folder after what it holds
+        if wheels not in path.parents:
+            os.utime(path, (epoch, epoch), follow_symlinks=False)
+    os.utime(ctx, (epoch, epoch))
+
+
 def dockerfiles(platform: str) -> list[str]:
     """The Dockerfiles a platform's image is built from, in order: Dockerfile.tpu is the whole
     recipe (PLATFORM a build argument), another platform's file adds its last lines to it."""
@@ -378,6 +390,7 @@ def staged(
                 origin.epoch, datetime.timezone.utc
             ).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
+        date_context(ctx, origin.epoch)
         what = "this checkout" if origin.dev else "source"
         print(
             f"pax images: build {tag} (base {base_id[7:19]}, lock sha256 "

@@ -79,6 +79,30 @@ def test_check_wheelhouse(tmp_path, release_dir):
         wheelhouse.check_wheelhouse(lock, wh)
 
 
+def test_a_staged_context_is_dated_by_the_source_not_the_checkout(tmp_path):
+    """A checkout's file times (a fresh clone's are the clone's) must not reach the image: a
+    timestamp .pyc compiled from a staged file records its time. The wheelhouse's hard links
+    keep the user's times."""
+    wh = tmp_path / "wh"
+    wh.mkdir()
+    wheel = wh / "absl_py-2.5.1-py3-none-any.whl"
+    wheel.write_bytes(b"absl")
+    os.utime(wheel, (1_800_000_000, 1_800_000_000))
+    pax_wheel = tmp_path / "pax-1.7.0-py3-none-any.whl"
+    pax_wheel.write_bytes(b"pax")
+    ctx = tmp_path / "context"
+    build.stage_context("1.7.0", "tpu", wh, pax_wheel, ctx, revision="ab" * 20)
+    epoch = 1_700_000_000
+    build.date_context(ctx, epoch)
+    staged = [p for p in ctx.rglob("*") if "wheelhouse" not in p.relative_to(ctx).parts]
+    assert {"Dockerfile.tpu", "ci/verify_image_env.py", "ci/pax_lockfile.py"} <= {
+        p.relative_to(ctx).as_posix() for p in staged
+    }
+    assert {p.stat().st_mtime for p in [ctx, *staged]} == {epoch}
+    linked = ctx / "wheelhouse" / "1.7.0-tpu" / wheel.name
+    assert linked.read_bytes() == b"absl" and wheel.stat().st_mtime == 1_800_000_000
+
+
 def test_cli_one_line_usage_error(release_dir):
     r = subprocess.run(
         [sys.executable, "-m", "pax.images", "build", "7.7.7", "tpu"],
