@@ -277,10 +277,9 @@ def date_context(ctx: Path, epoch: int) -> None:
     wheels are hard links to the user's files and stay as they are: nothing in a layer keeps a
     wheel file's time."""
     wheels = ctx / "wheelhouse"
-    for path in sorted(ctx.rglob("*"), reverse=True):  # a folder after what it holds
+    for path in [ctx, *ctx.rglob("*")]:
         if wheels not in path.parents:
-            os.utime(path, (epoch, epoch), follow_symlinks=False)
-    os.utime(ctx, (epoch, epoch))
+            os.utime(path, (epoch, epoch))
 
 
 def dockerfiles(platform: str) -> list[str]:
