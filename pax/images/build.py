@@ -371,7 +371,7 @@ def staged(
                 "sbom.cdx.json": sbom,
             },
             command=command,
-            builder=buildah.version(),
+            builder_version=buildah.version(),
         )
         args = {
             "PLATFORM": platform,

@@ -96,6 +96,6 @@ def remove(*tags: str) -> None:
 
 
 def version() -> str:
-    """The builder as provenance names it, e.g. "buildah 1.28.2"."""
+    """buildah's version, e.g. "1.28.2" (the provenance's builder.version)."""
     r = buildah("version", "--json")
-    return f"buildah {json.loads(r.stdout)['version']}"
+    return json.loads(r.stdout)["version"]

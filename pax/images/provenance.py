@@ -23,8 +23,10 @@ LABEL = "io.pax.provenance.sha256"
 FILENAME = "provenance.intoto.json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
-# A URN rather than a URL: the build type is documented in docs/releases.md, not served.
+# URNs rather than URLs: the build type and the builder are documented in docs/releases.md, not
+# served. SLSA's builder.id is a URI naming who builds; which buildah did is builder.version.
 BUILD_TYPE = "urn:pax:image-build:v1"
+BUILDER_ID = "urn:pax:builder:buildah"
 
 
 def _sha256(path: Path) -> str:
@@ -39,10 +41,11 @@ def statement(
     recipe: dict[str, Path],
     subjects: dict[str, Path],
     command: list[str],
-    builder: str,
+    builder_version: str,
 ) -> dict:
     """The statement for an image of `release` on `platform`: `recipe` and `subjects` map a name
-    to a file (the Dockerfile and the in-image check; the pax wheel, the lock and the SBOM)."""
+    to a file (the Dockerfile and the in-image check; the pax wheel, the lock and the SBOM);
+    `builder_version` is buildah's ("1.28.2")."""
     locks = {
         f"releases/{release.version}/{name}.txt": release.recorded_sha256(name)
         for name in (*catalog.LOCK_PLATFORMS, "test")
@@ -73,7 +76,9 @@ def statement(
                     ),
                 ],
             },
-            "runDetails": {"builder": {"id": builder}},
+            "runDetails": {
+                "builder": {"id": BUILDER_ID, "version": {"buildah": builder_version}}
+            },
         },
     }
 
@@ -135,5 +140,5 @@ def check_image(
         "sha256": sha,
         "source": definition["externalParameters"]["source"]["digest"]["gitCommit"],
         "base": f"sha256:{base}",
-        "builder": doc["predicate"]["runDetails"]["builder"]["id"],
+        "builder": doc["predicate"]["runDetails"]["builder"],
     }

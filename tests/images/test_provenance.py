@@ -2,7 +2,7 @@
 OCI layouts, without an engine. The statement's shape is in-toto's Statement v1 with SLSA's
 Provenance v1 predicate (https://in-toto.io/Statement/v1, https://slsa.dev/provenance/v1):
 `_type`, `subject[].digest`, `predicateType`, `predicate.buildDefinition.{buildType,
-externalParameters, internalParameters, resolvedDependencies}`, `predicate.runDetails.builder.id`.
+externalParameters, internalParameters, resolvedDependencies}`, `predicate.runDetails.builder.{id, version}`.
 """
 
 import hashlib
@@ -46,7 +46,7 @@ def _statement(release, tmp_path, revision=SOURCE, platform="tpu"):
         recipe={"Dockerfile.tpu": recipe},
         subjects={"releases/9.1.0/tpu.txt": release.lockfile("tpu"), "sbom.cdx.json": sbom},
         command=["./noxw", "-s", "build", "--", "9.1.0", "tpu"],
-        builder="buildah 1.28.2",
+        builder_version="1.28.2",
     )
 
 
@@ -54,7 +54,8 @@ def test_a_statement_of_the_release_agrees_with_its_record(release, tmp_path):
     doc = _statement(release, tmp_path)
     assert doc["_type"] == "https://in-toto.io/Statement/v1"
     assert doc["predicateType"] == "https://slsa.dev/provenance/v1"
-    assert doc["predicate"]["runDetails"]["builder"]["id"] == "buildah 1.28.2"
+    builder = doc["predicate"]["runDetails"]["builder"]
+    assert builder == {"id": "urn:pax:builder:buildah", "version": {"buildah": "1.28.2"}}
     deps = {
         d["name"]: d["digest"] for d in doc["predicate"]["buildDefinition"]["resolvedDependencies"]
     }
