@@ -129,7 +129,18 @@ def smoke(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def publish(session: nox.Session) -> None:
     """Push a candidate, verify it pulled back, then move the tags: `publish -- RELEASE PLATFORM ...`."""
-    _images(session, "publish", "RELEASE tpu|gpu [--dev] --registry HOST:PORT")
+    _images(session, "publish", "RELEASE tpu|gpu [--dev] --registry HOST:PORT [--key PEM]")
+
+
+@nox.session(venv_backend="none")
+def check(session: nox.Session) -> None:
+    """Check a published image from the registry alone: `check -- REGISTRY/pax:X-P --key PUB.pem`."""
+    with _errors(session, images_cli.ImageError):
+        if not session.posargs:
+            raise images_cli.ImageError(
+                "check: usage: ./noxw -s check -- REGISTRY/pax:X-P --key PUB"
+            )
+        session.log(f"check: {images_cli.run(['check', *session.posargs])}")
 
 
 @nox.session(venv_backend="none")
@@ -155,10 +166,24 @@ def bisect(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def release(session: nox.Session) -> None:
-    """Cut a release (locks, tests, commits, rX.Y.Z, vX.Y.Z): `release -- X.Y.Z [--recreate]`."""
+    """Cut a release (locks, tests, commits, rX.Y.Z, vX.Y.Z, image IDs): `release -- X.Y.Z
+    [--recreate | --record-images [PLATFORM...]]`."""
+    args = list(session.posargs)
+    if "--record-images" in args:  # a release cut before: its images' IDs, the locks untouched
+        args.remove("--record-images")
+        with _errors(session, images_cli.ImageError):
+            session.log(f"record: {images_cli.run(['record', *args])}")
+        return
+
+    def record(version: str, base_image: str) -> None:
+        try:
+            images_cli.run(["record", version, "--base-image", base_image])
+        except images_cli.ImageError as err:
+            raise RuntimeError(str(err)) from None
+
     # CutError is a RuntimeError whose message names itself; other ones (pip-compile, pins) do not
     with _errors(session, RuntimeError, prefix="release: "), _errors(session, cut.CutError):
-        cut.cut_from_args(list(session.posargs), ROOT, log=session.log)
+        cut.cut_from_args(args, ROOT, log=session.log, record_images=record)
 
 
 @nox.session(venv_backend="none")

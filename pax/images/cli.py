@@ -11,18 +11,27 @@ they produce:
               `pax:<release>-<platform>` is tagged only when the build (including pip's hash
               check, pip check and the lock comparison) succeeded. --dev: this checkout's pax
               on the release's locks, tagged `pax:<release>-<platform>-dev.<sha>[.dirty]`
-  verify      build twice from scratch: the same image ID, or the files that differ
+  verify      build twice from scratch: the same image ID, or the files that differ; then that
+              ID against the one the release records (release.toml [images]), or why not
+  record      build the release's images and write their IDs, layers and base into its
+              release.toml's [images] (the cut does; `./noxw -s release -- X --record-images`)
   smoke       run the image offline on the tiny experiment and check the job directory
   publish     over HTTPS to HOST:PORT with the Docker config's credentials: push under a
               candidate tag, pull back by the registry's digest and verify, then move
               <release>-<platform> and latest-<platform> to that manifest
+              (with --key, an ed25519 private key: signed provenance and SBOM attached to the
+              digest, cosign's sha256-<hex>.att layout)
   provenance  read the image's provenance statement and check it against the release record
+  check       REGISTRY/pax:RELEASE-PLATFORM --key PUB.pem: from the registry alone (no engine),
+              the signed attestations, the release record and the recorded image ID
 
     python -m pax.images build 1.4.0 tpu
     python -m pax.images build 1.6.0 tpu --dev
     python -m pax.images verify 1.6.0 tpu
+    python -m pax.images record 1.7.0 tpu gpu
     python -m pax.images smoke 1.4.0 tpu
-    python -m pax.images publish 1.4.0 tpu --registry 127.0.0.1:5000
+    python -m pax.images publish 1.7.0 tpu --registry 127.0.0.1:5000 --key pax-signing.pem
+    python -m pax.images check 127.0.0.1:5000/pax:1.7.0-tpu --key pax-signing.pub.pem
 
 Errors are one line (`pax images: error: ...`), exit 2 for usage errors, 1 otherwise.
 """
@@ -36,8 +45,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from pax.images import attest, provenance, record
 from pax.images import build as build_lib
-from pax.images import provenance
+from pax.images import check as check_lib
 from pax.images.build import DEFAULT_BASE_IMAGE, build, dev_ref, verify
 from pax.images.engine import ImageError, image_ref
 from pax.images.publish import publish
@@ -49,6 +59,17 @@ from pax.releases import catalog
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pax.images", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("record")
+    r.add_argument("release")
+    r.add_argument("platforms", nargs="*", help="default: tpu gpu")
+    r.add_argument("--base-image", default=os.environ.get("PAX_BASE_IMAGE", DEFAULT_BASE_IMAGE))
+    c = sub.add_parser("check")
+    c.add_argument(
+        "image", help="REGISTRY/REPO:RELEASE-PLATFORM, e.g. 127.0.0.1:5000/pax:1.7.0-tpu"
+    )
+    c.add_argument("--key", type=Path, required=True, help="the publisher's public key (PEM)")
+    c.add_argument("--release", help="the release, for a tag that does not name it (latest-tpu)")
+    c.add_argument("--ca-bundle", type=Path, help="CA certificates to trust (as publish)")
     for name in ("wheelhouse", "build", "verify", "smoke", "publish", "provenance"):
         s = sub.add_parser(name)
         s.add_argument("release")
@@ -84,6 +105,11 @@ def parser() -> argparse.ArgumentParser:
             s.add_argument("--registry", required=True, help="HOST:PORT, e.g. 127.0.0.1:5000")
             s.add_argument("--image", help="default pax:RELEASE-PLATFORM")
             s.add_argument(
+                "--key",
+                type=Path,
+                help=f"ed25519 private key (PEM) to sign the attestations with; make one: {attest.KEYGEN}",
+            )
+            s.add_argument(
                 "--ca-bundle",
                 type=Path,
                 help="CA certificates to trust; default /etc/docker/certs.d/HOST:PORT/ca.crt "
@@ -101,12 +127,21 @@ def run(argv: list[str], log=sys.stderr) -> object:
                 f"{a.cmd}: --dev and --image name the image twice; give one", usage=True
             )
         a.image = dev_ref(a.release, a.platform)
+    if a.cmd == "check":
+        return check_lib.check(a.image, a.key, release=a.release, ca=a.ca_bundle, log=log)
+    if a.cmd == "record":
+        return record.record(a.release, a.platforms, base_image=a.base_image, log=log)
     if a.cmd == "wheelhouse":
         return prepare_wheelhouse(a.release, a.platform, log=log)
     if a.cmd in ("build", "verify"):
         options = dict(base_image=a.base_image, wheelhouse=a.wheelhouse, dev=a.dev, log=log)
         if a.cmd == "verify":
-            return verify(a.release, a.platform, **options)
+            result = verify(a.release, a.platform, **options)
+            if not a.dev:  # a dev image is this checkout's, which no release records
+                result["record"] = record.against(
+                    a.release, a.platform, result["image"], a.base_image, log=log
+                )
+            return result
         return build(a.release, a.platform, tag=a.tag, **options)
     if a.cmd == "provenance":
         try:
@@ -118,7 +153,9 @@ def run(argv: list[str], log=sys.stderr) -> object:
         return provenance.check_image(image, release, a.platform, revision)
     if a.cmd == "smoke":
         return smoke(a.release, a.platform, image=a.image, steps=a.steps, keep=a.keep, log=log)
-    return publish(a.release, a.platform, a.registry, image=a.image, ca=a.ca_bundle, log=log)
+    return publish(
+        a.release, a.platform, a.registry, image=a.image, ca=a.ca_bundle, key=a.key, log=log
+    )
 
 
 def run_command(command: str, args, usage: str, log=sys.stderr) -> object:

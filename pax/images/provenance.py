@@ -76,9 +76,7 @@ def statement(
                     ),
                 ],
             },
-            "runDetails": {
-                "builder": {"id": BUILDER_ID, "version": {"buildah": builder_version}}
-            },
+            "runDetails": {"builder": {"id": BUILDER_ID, "version": {"buildah": builder_version}}},
         },
     }
 
@@ -118,6 +116,13 @@ def check(
     return problems
 
 
+def base_id(doc: dict) -> str:
+    """The base image's ID the statement names, "sha256:<hex>"."""
+    deps = doc["predicate"]["buildDefinition"]["resolvedDependencies"]
+    base = next((d["digest"]["sha256"] for d in deps if d.get("name") == "base-image"), None)
+    return f"sha256:{base}"
+
+
 def check_image(
     image: str, release: catalog.Release, platform: str, revision: str | None = None
 ) -> dict:
@@ -129,16 +134,15 @@ def check_image(
     subjects = {s["name"]: s["digest"]["sha256"] for s in doc.get("subject", [])}
     if subjects.get("sbom.cdx.json") != label(image, "io.pax.sbom.sha256"):
         problems.append("its SBOM digest is not the image's io.pax.sbom.sha256")
-    deps = doc["predicate"]["buildDefinition"]["resolvedDependencies"]
-    base = next((d["digest"]["sha256"] for d in deps if d.get("name") == "base-image"), None)
-    if f"sha256:{base}" != label(image, "io.pax.base.id"):
-        problems.append(f"base image sha256:{str(base)[:12]} is not the label io.pax.base.id")
+    base = base_id(doc)
+    if base != label(image, "io.pax.base.id"):
+        problems.append(f"base image {base[:19]} is not the label io.pax.base.id")
     if problems:
         raise ImageError(f"{image}: provenance disagrees: " + "; ".join(problems))
     definition = doc["predicate"]["buildDefinition"]
     return {
         "sha256": sha,
         "source": definition["externalParameters"]["source"]["digest"]["gitCommit"],
-        "base": f"sha256:{base}",
+        "base": base,
         "builder": doc["predicate"]["runDetails"]["builder"],
     }

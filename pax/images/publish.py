@@ -1,7 +1,8 @@
 """Publishing, as a registry client: push under a unique candidate tag, read its digest from the
 registry (checked against the manifest bytes), pull back by that digest and verify it (labels,
 the environment against its lock, the SBOM and the provenance statement against their labels,
-the lock and the release record), and only then put the same manifest bytes under
+the lock and the release record), with a key attach the signed provenance and SBOM to that
+digest (pax.images.attest), and only then put the same manifest bytes under
 <release>-<platform> and latest-<platform> (a dev image: under its own <release>-<platform>-dev.<sha>
 alone)."""
 
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from pax.images import provenance
+from pax.images import attest, provenance
 from pax.images.engine import (
     IMAGE_REPO,
     ImageError,
@@ -22,10 +23,12 @@ from pax.images.engine import (
     image_exists,
     image_ref,
     label,
+    read_labelled_file,
     require_engine,
     verify_in_image,
 )
 from pax.images.registry import Registry, ca_bundle, credentials
+from pax.images.sbom import SBOM_IN_IMAGE, SBOM_LABEL
 from pax.images.sbom import check_image as check_sbom
 from pax.images.wheelhouse import lock_path, sha256_file
 from pax.releases import catalog
@@ -131,6 +134,22 @@ def _move_tags(reg: Registry, tags: list[str], body: bytes, media: str, before: 
         raise ImageError(f"{e}{note if kept else ''}") from None
 
 
+def _attest(reg: Registry, name: str, digest: str, image_id: str, key_signer) -> dict:
+    """Sign the image's provenance and SBOM (as the image holds them, checked against its
+    labels) about `digest`, and attach them to it in the registry."""
+    docs = [
+        json.loads(read_labelled_file(image_id, path, name_)[0])
+        for path, name_ in ((provenance.IN_IMAGE, provenance.LABEL), (SBOM_IN_IMAGE, SBOM_LABEL))
+    ]
+    statements = attest.statements(name, digest, *docs)
+    envelopes = [(s["predicateType"], attest.sign(s, key_signer)) for s in statements]
+    return {
+        "tag": attest.tag(digest),
+        "digest": attest.attach(reg, IMAGE_REPO, digest, envelopes),
+        "key": key_signer.public_key.keyid,
+    }
+
+
 def _delete_candidate(reg: Registry, tag: str) -> bool:
     try:
         return reg.delete_tag(IMAGE_REPO, tag)
@@ -144,11 +163,14 @@ def publish(
     registry: str,
     image: Optional[str] = None,
     ca: Optional[Path] = None,
+    key: Optional[Path] = None,
     log=sys.stderr,
 ) -> dict:
     """Push pax:<release>-<platform> under a candidate tag, verify what the registry serves,
-    then move <release>-<platform> and latest-<platform> to it."""
+    with `key` (an ed25519 private key, PEM) attach its signed attestations, then move
+    <release>-<platform> and latest-<platform> to it."""
     lock = lock_path(release, platform)
+    key_signer = attest.signer(key) if key else None
     if not re.fullmatch(r"[A-Za-z0-9.-]+(:\d+)?", registry or ""):
         raise ImageError(
             f"bad --registry {registry!r}: write HOST:PORT, e.g. 127.0.0.1:5000", usage=True
@@ -187,6 +209,7 @@ def publish(
         report, bom, origin = _verify(
             f"{remote}@{digest}", image_id, release, platform, lock, revision
         )
+        signed = key_signer and _attest(reg, remote, digest, image_id, key_signer)
         _move_tags(reg, tags, body, media, before)
     finally:
         docker("rmi", f"{remote}:{candidate}", check=False)
@@ -208,4 +231,5 @@ def publish(
         "verify": report,
         "sbom": bom,
         "provenance": origin,
+        "attestations": signed or None,
     }

@@ -258,3 +258,38 @@ class Registry:
         every tag of that manifest with it, so it is never tried). False when it cannot."""
         status, _, _ = self.request("DELETE", f"/v2/{repo}/manifests/{tag}")
         return status in (200, 202)
+
+    def put_blob(self, repo: str, data: bytes) -> str:
+        """Upload one blob (a monolithic upload: POST, then PUT with its digest); its digest."""
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        status, _, _ = self.request("HEAD", f"/v2/{repo}/blobs/{digest}")
+        if status == 200:
+            return digest
+        status, headers, answer = self.request("POST", f"/v2/{repo}/blobs/uploads/", body=b"")
+        location = headers.get("Location", "")
+        if status != 202 or not location:
+            detail = answer.decode(errors="replace").strip()[:200]
+            raise ImageError(
+                f"registry {self.address} refused an upload to {repo} ({status}: {detail})"
+            )
+        url = urllib.parse.urlsplit(urllib.parse.urljoin(self.base + "/", location))
+        query = "&".join(filter(None, [url.query, urllib.parse.urlencode({"digest": digest})]))
+        status, _, answer = self.request(
+            "PUT",
+            f"{url.path}?{query}",
+            body=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        if status != 201:
+            detail = answer.decode(errors="replace").strip()[:200]
+            raise ImageError(f"registry {self.address} refused blob {digest} ({status}: {detail})")
+        return digest
+
+    def blob(self, repo: str, digest: str) -> bytes:
+        """A blob's bytes, checked against its digest."""
+        status, _, body = self.request("GET", f"/v2/{repo}/blobs/{digest}")
+        if status != 200:
+            raise ImageError(f"registry {self.address}: GET blob {repo}@{digest} -> {status}")
+        if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+            raise ImageError(f"registry {self.address} served blob {digest} with other bytes")
+        return body

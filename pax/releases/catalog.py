@@ -16,8 +16,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # The one declaration of the Python the releases are locked for and the images run. What cannot
 # import it (./noxw, the Dockerfiles, pyproject.toml) is checked against it by tests/test_declared_once.py.
 PYTHON = "3.11"
-# The base image a release records as the Dockerfiles' `ARG BASE_IMAGE` default (a public slim
-# Python), and the one ci/base-image.sh builds offline, which `nox -s build` uses by default.
+# The Dockerfiles' `ARG BASE_IMAGE` default (a public slim Python, for users with a registry), and
+# the base ci/base-image.sh builds offline, which `nox -s build` uses and a release records.
 BASE_IMAGE = f"python:{PYTHON}-slim-bookworm"
 LOCAL_BASE_IMAGE = "pax-base:bookworm"
 LOCK_PLATFORMS = ("cpu", "tpu", "gpu")  # one lockfile each per release: what the trainer runs on

@@ -16,7 +16,10 @@ release's recorded source (a fresh clone has neither).
 6. run the test suite against the new release (`./noxw -s test -- X.Y.Z`);
 7. commit releases/X.Y.Z, the tables and pyproject.toml: the cut commit, the release's source;
 8. a second commit writes `source = "<cut commit>"` into release.toml (a commit cannot name its
-   own hash); branch rX.Y.Z and tag vX.Y.Z point at the cut commit.
+   own hash); branch rX.Y.Z and tag vX.Y.Z point at the cut commit;
+9. a third commit records the images' IDs (`record_images`: the noxfile's builds each platform's
+   image from the cut commit and writes release.toml's [images]); without it the cut says how
+   to record them later (`--record-images`).
 
 Any failure before the commit removes releases/X.Y.Z and restores the tables: nothing is
 left half-written. The lock compile and the test run are parameters (`compile`, `run_tests`)
@@ -39,7 +42,6 @@ from pax import git, lockfile
 from pax.releases import compile as dist_lock
 from pax.releases import readme, source
 from pax.releases.catalog import (
-    BASE_IMAGE,
     HEADLINE,
     LOCAL_BASE_IMAGE,
     LOCKS,
@@ -47,7 +49,6 @@ from pax.releases.catalog import (
     REPO_ROOT,
     Release,
     UnknownRelease,
-    list_releases,
     load,
 )
 
@@ -123,8 +124,8 @@ def render_release_toml(
         f"date = {date.isoformat()}",
         f"branch = {_toml_str('r' + version)}",
         f"python = {_toml_str(python)}",
-        "# Dockerfile.{tpu,gpu} ARG BASE_IMAGE default; offline machines build "
-        f"{LOCAL_BASE_IMAGE} instead.",
+        "# The base the images are built on ([images] records it by ID; ci/base-image.sh "
+        f"builds {LOCAL_BASE_IMAGE}).",
         f"base_image = {_toml_str(base_image)}",
         f"# Locks see only what the index held at this instant, so `./noxw -s lock -- {version}` "
         "reproduces them.",
@@ -161,18 +162,19 @@ def cut(
     base_image: str | None = None,
     compile=dist_lock.compile_one,
     run_tests=run_tests_default,
+    record_images=None,
     now: _dt.datetime | None = None,
     log=print,
 ) -> Release:
-    """Cut `version` in the git work tree `root`; returns the committed release."""
+    """Cut `version` in the git work tree `root`; returns the committed release.
+    `record_images(version, base_image)` builds the images and writes [images] (RuntimeError when
+    it cannot); None leaves that to `--record-images`."""
     root = Path(root or REPO_ROOT).resolve()
     preflight(version, root)
     now = now or _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
     today = now.astimezone().date()
     python = PYTHON
-    previous = list_releases(root)
-    if base_image is None:
-        base_image = (previous[-1].meta.get("base_image") if previous else None) or BASE_IMAGE
+    base_image = base_image or LOCAL_BASE_IMAGE
 
     directory = root / "releases" / version
     pyproject = root / "pyproject.toml"
@@ -256,6 +258,18 @@ def cut(
         ) from None
     source.recreate(version, root, log=lambda *_: None)
     log(f"release {version}: source {rev[:12]}, branch r{version} and tag v{version} on it")
+    later = f"./noxw -s release -- {version} --record-images"
+    if record_images is None:
+        log(f"release {version}: image IDs not recorded; {later}")
+        return load(directory)
+    try:  # the images are built from the cut commit, so only now
+        record_images(version, base_image)
+        _git(root, "commit", "--quiet", "-m", f"release {version}: image IDs", "--", str(toml))
+    except RuntimeError as err:
+        raise CutError(
+            f"release: {version} is cut (source {rev[:12]}) but its image IDs are not recorded "
+            f"({err}); once a Docker engine and the base image are up: {later}"
+        ) from None
     return load(directory)
 
 
@@ -292,7 +306,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip-tests", action="store_true", help="do not run the test suite")
     parser.add_argument(
         "--base-image",
-        help="Dockerfile BASE_IMAGE default to record (default: the previous release's)",
+        help=f"the base to build and record the images on (default {LOCAL_BASE_IMAGE})",
     )
     parser.add_argument(
         "--recreate",

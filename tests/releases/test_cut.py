@@ -104,7 +104,7 @@ def test_cut_writes_locks_pins_tables_commit_branch_and_tag(clone):
     assert meta["version"] == "9.0.0" and meta["branch"] == "r9.0.0"
     assert meta["date"] == NOW.astimezone().date()
     assert meta["python"] == f"{sys.version_info.major}.{sys.version_info.minor}"
-    assert meta["base_image"] == release.newest().meta["base_image"]  # the previous release's
+    assert meta["base_image"] == release.LOCAL_BASE_IMAGE  # what the images are built on
     assert meta["resolved_before"] == NOW
     assert meta["notes"].strip()
     # The headline versions are those the unpinned cpu compile resolved, numpy is not one.
@@ -154,6 +154,36 @@ def test_cut_writes_locks_pins_tables_commit_branch_and_tag(clone):
         assert readme.blocks(path.read_text()) == [f"\n\n{table}\n\n"] * len(
             readme.blocks(path.read_text())
         ), path
+
+
+def test_the_cut_records_its_images_in_a_third_commit(clone):
+    """The images are built from the cut commit, so their IDs land in a commit after it."""
+    calls = []
+
+    def record(version, base_image):
+        calls.append((version, base_image))
+        toml = clone / "releases" / version / "release.toml"
+        head, _, locks = toml.read_text().partition("\n[locks]")
+        toml.write_text(f'{head}\n\n[images]\ntpu = "sha256:{"1" * 64}"\n\n[locks]{locks}')
+
+    rel = do_cut(clone, record_images=record)
+    assert calls == [("9.0.0", release.LOCAL_BASE_IMAGE)]
+    assert rel.meta["images"]["tpu"] == "sha256:" + "1" * 64
+    assert git(clone, "log", "-1", "--format=%s") == "release 9.0.0: image IDs"
+    assert (
+        git(clone, "rev-parse", "r9.0.0") == rel.meta["source"] == git(clone, "rev-parse", "HEAD~2")
+    )
+    assert git(clone, "status", "--porcelain") == ""
+
+
+def test_a_cut_whose_images_cannot_be_built_says_how_to_record_them_later(clone):
+    def record(version, base_image):
+        raise RuntimeError("no Docker engine answers")
+
+    with pytest.raises(cut.CutError, match=r"not recorded \(no Docker engine.*--record-images$"):
+        do_cut(clone, record_images=record)
+    rel = release.resolve("9.0.0", root=clone)
+    assert "images" not in rel.meta and rel.meta["source"]  # cut, source recorded
 
 
 def test_cut_runs_the_tests_against_the_new_release(clone):
