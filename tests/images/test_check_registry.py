@@ -21,6 +21,7 @@ from pax.images import attest, build, publish
 from pax.images import engine as image_engine
 from pax.images import record as image_record
 from pax.releases import catalog
+from tests.images import cyclonedx_schema, intoto_protos
 from tests.images.test_publish_docker import _free_port, _registry_sh
 
 pytestmark = pytest.mark.skipif(
@@ -131,6 +132,24 @@ def test_publish_attaches_signed_attestations_in_cosigns_layout(registry, publis
             "name": f"{registry}/pax",
             "digest": {"sha256": digest.removeprefix("sha256:")},
         }
+
+
+def test_the_attestations_meet_their_specifications(registry, published, keys, dsse, tmp_path):
+    """Judged by the specifications' own tools, not by pax's checks: each envelope verifies with
+    securesystemslib's DSSE, each statement parses with in-toto's protos, the SBOM passes
+    cyclonedx-python-lib's strict JSON-schema validator."""
+    from securesystemslib.dsse import Envelope
+
+    key = attest.public_key(keys[1])
+    envelopes = attest.fetch(publish.client(registry), "pax", published["digest"])
+    for kind, body in envelopes.items():
+        envelope = Envelope.from_dict(json.loads(body))
+        assert envelope.verify([key], 1) == {key.keyid: key}
+        statement = json.loads(envelope.payload)
+        assert intoto_protos.errors(statement) == [], kind
+    sbom = attest.open_envelope(envelopes["sbom"], key, "sbom")
+    (tmp_path / "sbom.cdx.json").write_text(json.dumps(sbom["predicate"]))
+    assert cyclonedx_schema.errors(tmp_path / "sbom.cdx.json") == []
 
 
 def test_check_from_the_registry_alone(registry, published, keys):

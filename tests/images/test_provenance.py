@@ -7,12 +7,14 @@ externalParameters, internalParameters, resolvedDependencies}`, `predicate.runDe
 
 import hashlib
 import json
+import urllib.parse
 from pathlib import Path
 
 import pytest
 
 from pax.images import provenance, reproduce
 from pax.releases import catalog
+from tests.images import intoto_protos
 
 SOURCE = "0123456789abcdef0123456789abcdef01234567"
 
@@ -62,6 +64,17 @@ def test_a_statement_of_the_release_agrees_with_its_record(release, tmp_path):
     assert deps["source"] == {"gitCommit": SOURCE}
     assert deps["releases/9.1.0/test.txt"]["sha256"] == release.recorded_sha256("test")
     assert provenance.check(doc, release, "tpu") == []
+
+
+def test_the_statement_parses_with_the_official_protos_and_names_its_builder_by_uri(
+    release, tmp_path
+):
+    doc = _statement(release, tmp_path)
+    assert intoto_protos.errors(doc) == []
+    assert urllib.parse.urlsplit(doc["predicate"]["runDetails"]["builder"]["id"]).scheme
+    # The parse is strict: a field SLSA v1 does not have is refused.
+    doc["predicate"]["runDetails"]["builder"]["name"] = "buildah"
+    assert intoto_protos.errors(doc)
 
 
 def test_the_same_statement_is_the_same_bytes(release, tmp_path):
