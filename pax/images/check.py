@@ -83,9 +83,12 @@ def check(
             raise ImageError(
                 f"{fail} the {kind} attestation is about sha256:{str(subject)[:12]}, not this image"
             )
-    problems = provenance.check(statements["provenance"], record_, platform)
     images = record.recorded(record_)
-    base = provenance.base_id(statements["provenance"])
+    try:
+        problems = provenance.check(statements["provenance"], record_, platform)
+        base = provenance.base_id(statements["provenance"])
+    except (KeyError, TypeError, AttributeError):
+        raise ImageError(f"{fail} the provenance attestation is not a pax build's") from None
     if images.get("base_id") and base != images["base_id"]:
         problems.append(f"base {base[:19]}, the release records {images['base_id'][:19]}")
     if problems:
