@@ -42,6 +42,18 @@ _ENABLE_CHECKPOINT_SAVING = flags.DEFINE_bool(
     "enable_checkpoint_saving", True, "Save checkpoints while training."
 )
 _SET = flags.DEFINE_multi_string("set", [], "Override a hyper-parameter: --set NUM_LAYERS=2.")
+_ALLOW_ENV_CHANGE = flags.DEFINE_bool(
+    "allow_env_change",
+    False,
+    "Resume (or evaluate) a run last trained under another release or lock; recorded in its "
+    "manifest.json as a new segment of its history. Without it that is refused (exit 2).",
+)
+_START_OVER_IF_DAMAGED = flags.DEFINE_bool(
+    "start_over_if_damaged",
+    False,
+    "When every checkpoint of the job directory is damaged (they are moved to "
+    "checkpoints_damaged/), train again from step 0. Without it that is refused (exit 2).",
+)
 _LIST = flags.DEFINE_bool(
     "list_experiments", False, "Print the registered experiments, one line each, and exit."
 )
@@ -128,9 +140,16 @@ def main(argv):
     elif _MODE.value == "decode":
         decode_run.follow(decoder)
     elif _MODE.value == "eval":
-        loop.evaluate(run, _JOB_LOG_DIR.value, name)
+        loop.evaluate(run, _JOB_LOG_DIR.value, name, _ALLOW_ENV_CHANGE.value)
     else:
-        loop.train(run, _JOB_LOG_DIR.value, name, _ENABLE_CHECKPOINT_SAVING.value)
+        loop.train(
+            run,
+            _JOB_LOG_DIR.value,
+            name,
+            _ENABLE_CHECKPOINT_SAVING.value,
+            allow_env_change=_ALLOW_ENV_CHANGE.value,
+            start_over_if_damaged=_START_OVER_IF_DAMAGED.value,
+        )
         logging.info(
             "job directory: %s (metrics: %s/metrics.jsonl)", _JOB_LOG_DIR.value, _JOB_LOG_DIR.value
         )

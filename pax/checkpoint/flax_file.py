@@ -70,12 +70,14 @@ class FlaxFileCheckpointer:
             os.remove(os.path.join(self.directory, step_name(old)))
         return True
 
-    def restore_latest(self, abstract_state, data=None):
+    def restore_latest(self, abstract_state, data=None, start_over: bool = False):
         """(step, state) of the newest checkpoint that reads back, or (None, None): another model's
-        checkpoint is a UsageError, a damaged one is set aside, storage errors are retried
-        (pax.checkpoint.manager.restore_newest)."""
+        checkpoint is a UsageError, a damaged one is set aside, storage errors are retried, none
+        left that reads is a UsageError unless start_over (pax.checkpoint.manager.restore_newest)."""
         attempt = functools.partial(self.restore, abstract_state=abstract_state, data=data)
-        return restore_newest(self.directory, self.all_steps(), attempt, reload=lambda: None)
+        return restore_newest(
+            self.directory, self.all_steps(), attempt, reload=lambda: None, start_over=start_over
+        )
 
     def restore(self, step: int, abstract_state, data=None):
         """The state at `step`, placed by the shardings in abstract_state's ShapeDtypeStructs."""

@@ -12,14 +12,21 @@ Resuming tells three failures apart (`restore_newest`, shared with the Flax-file
   the run without moving anything;
 - anything else while reading (missing or truncated files, bad metadata) is damage: the processes
   agree on it, and process 0 alone moves the checkpoint aside and the previous one is tried.
+When every checkpoint is damaged (or all were set aside before), resuming stops with a usage error
+naming them instead of starting again from step 0, unless asked to start over.
 """
 
+import contextlib
 import errno
 import functools
 import json
+import logging as std_logging
 import os
+import re
 import shutil
+import sys
 import time
+import types
 from typing import Callable, Optional
 
 import jax
@@ -115,13 +122,14 @@ class Checkpointer:
             "permissions there and rerun the same command to resume"
         )
 
-    def restore_latest(self, abstract_state, data=None):
+    def restore_latest(self, abstract_state, data=None, start_over: bool = False):
         """(step, state) of the newest checkpoint that restores, or (None, None); `data`, an input
         iterator, is set to the position saved with it.
 
         UsageError when the newest checkpoint was written by another model (its metadata's tree,
         shapes or dtypes differ) or by another number of processes; StorageUnavailable when
-        storage errors outlast the retries; a damaged checkpoint is set aside (`restore_newest`).
+        storage errors outlast the retries; a damaged checkpoint is set aside, and when none is
+        left that restores, UsageError unless start_over (`restore_newest`).
         """
 
         def attempt(step):
@@ -130,7 +138,9 @@ class Checkpointer:
             check_compatible(step_name(step), self._metadata(step), abstract_state)
             return self.restore(step, abstract_state, data)
 
-        return restore_newest(self.directory, self.all_steps(), attempt, self._manager.reload)
+        return restore_newest(
+            self.directory, self.all_steps(), attempt, self._manager.reload, start_over
+        )
 
     def _metadata(self, step: int):
         """The saved state's tree of array metadata (shape, dtype), read from the checkpoint."""
@@ -217,19 +227,27 @@ def read_with_retries(what: str, read: Callable):
 _OK, _DAMAGED, _UNREADABLE = 0, 1, 2
 
 
-def restore_newest(directory: str, steps, attempt: Callable, reload: Callable):
-    """(step, state) from the newest of `steps` that attempt(step) restores, or (None, None).
+def restore_newest(
+    directory: str, steps, attempt: Callable, reload: Callable, start_over: bool = False
+):
+    """(step, state) from the newest of `steps` that attempt(step) restores, or (None, None)
+    for a run with nothing to resume.
 
     Every process reads; their verdicts are combined (the worst wins) so that all of them
     resume from the same step or stop together. A usage error (another model, another number of
-    processes) propagates from every process alike, since each reads the same files.
+    processes) propagates from every process alike, since each reads the same files. When every
+    checkpoint is damaged, or an earlier run set them all aside, UsageError naming them unless
+    start_over (then (None, None): training starts again from step 0).
     """
+    moved = []
+    _drop_abandoned_reads()  # before reading: the first may come as soon as a read fails
     for step in sorted(steps, reverse=True):
         state, error, verdict = None, None, _OK
         try:
-            state = read_with_retries(
-                f"{step_name(step)} under {directory}", functools.partial(attempt, step)
-            )
+            with _orbax_logs_kept_if_read():
+                state = read_with_retries(
+                    f"{step_name(step)} under {directory}", functools.partial(attempt, step)
+                )
         except UsageError:
             raise
         except StorageUnavailable as e:
@@ -248,9 +266,93 @@ def restore_newest(directory: str, steps, attempt: Callable, reload: Callable):
                     "errors, see its log); nothing was moved; rerun once the storage answers again"
                 )
             )
-        set_aside(directory, step, error or "another process could not read it; see its log")
+        moved.append(
+            set_aside(directory, step, error or "another process could not read it; see its log")
+        )
         reload()
+    _nothing_left(directory, moved, start_over)
     return None, None
+
+
+# Why restore_newest's answer when nothing restores is a usage error, and how to go on.
+START_OVER_FLAG = "--start_over_if_damaged"
+
+
+def _nothing_left(directory: str, moved: list[str], start_over: bool) -> None:
+    """UsageError (unless start_over) when the run has checkpoints but none restores: the ones
+    just moved aside, or, with none left under `directory`, the ones an earlier run moved."""
+    aside_dir = os.path.join(os.path.dirname(directory), SET_ASIDE_DIR)
+    if moved:
+        what = (
+            f"every checkpoint under {directory} is damaged: {_names(moved)}, moved to {aside_dir}"
+        )
+    elif os.path.isdir(aside_dir) and os.listdir(aside_dir):
+        what = (
+            f"{directory} holds no checkpoint: its run's were set aside as damaged "
+            f"({_names(sorted(os.listdir(aside_dir), reverse=True))} in {aside_dir})"
+        )
+    else:
+        return
+    if start_over:
+        if jax.process_index() == 0:
+            logging.warning("%s; training starts over from step 0 (%s)", what, START_OVER_FLAG)
+        return
+    raise UsageError(
+        f"{what}; nothing was trained. Put good copies back under {directory}, or rerun with "
+        f"{START_OVER_FLAG} to train from step 0"
+    )
+
+
+def _names(paths) -> str:
+    names = [os.path.basename(p) for p in paths]
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+@contextlib.contextmanager
+def _orbax_logs_kept_if_read():
+    """Holds back orbax's own log records while a checkpoint is read: if the read fails, the
+    damage is reported in one line (set_aside) and orbax's lines about it are dropped; if it
+    works, they are logged as they came."""
+    held = []
+
+    def hold(record) -> bool:
+        if f"{os.sep}orbax{os.sep}" in record.pathname:
+            held.append(record)
+            return False
+        return True
+
+    logger = std_logging.getLogger("absl")
+    logger.addFilter(hold)
+    try:
+        yield
+    finally:
+        logger.removeFilter(hold)
+    for record in held:  # reached only when the read worked
+        logger.handle(record)
+
+
+def _drop_abandoned_reads() -> None:
+    """Keeps the reads of a damaged checkpoint from printing tracebacks after it was reported.
+
+    orbax gives up on a restore at the first array that fails and closes its event loop while
+    tensorstore is still reading the others; each of those then reports into the closed loop
+    ('Event loop is closed') or dies with orbax's coroutine, and Python prints every one as an
+    ignored exception, for as long as the reads take to finish."""
+    if getattr(sys.unraisablehook, "drops_abandoned_reads", False):
+        return
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        error, origin = unraisable.exc_value, unraisable.object
+        closed = isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
+        orbax_read = isinstance(origin, types.CoroutineType) and (
+            f"{os.sep}orbax{os.sep}" in origin.cr_code.co_filename
+        )
+        if not (closed or orbax_read):
+            previous(unraisable)
+
+    hook.drops_abandoned_reads = True
+    sys.unraisablehook = hook
 
 
 def _worst_across_processes(verdict: int) -> int:
@@ -264,32 +366,42 @@ def _barrier(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
-def set_aside(directory: str, step: int, reason) -> None:
-    """Moves a damaged checkpoint to <job_dir>/checkpoints_damaged/ and says why in one line.
+def set_aside(directory: str, step: int, reason) -> str:
+    """Moves a damaged checkpoint to <job_dir>/checkpoints_damaged/ and says why in one line;
+    returns where it went.
 
     Process 0 alone moves it (on shared storage every process sees the same directory), after
     every process has finished reading it and before any lists the checkpoints again.
     """
     name = step_name(step)
     _barrier(f"pax_set_aside_{name}_read")
+    aside = os.path.join(os.path.dirname(directory), SET_ASIDE_DIR, name)
+    taken = 0
+    while os.path.exists(aside):  # set aside before: keep both
+        taken += 1
+        aside = os.path.join(os.path.dirname(directory), SET_ASIDE_DIR, f"{name}.{taken}")
     if jax.process_index() == 0:
-        aside = os.path.join(os.path.dirname(directory), SET_ASIDE_DIR, name)
-        taken = 0
-        while os.path.exists(aside):  # set aside before: keep both
-            taken += 1
-            aside = os.path.join(os.path.dirname(directory), SET_ASIDE_DIR, f"{name}.{taken}")
         os.makedirs(os.path.dirname(aside), exist_ok=True)
         shutil.move(os.path.join(directory, name), aside)
-        what = (
-            f"{type(reason).__name__}: {_first_line(reason)}"
-            if isinstance(reason, BaseException)
-            else reason
-        )
-        logging.error(
-            "checkpoint %s is damaged (%s); moved to %s; trying the previous one",
-            name, what, aside,
-        )  # fmt: skip
+        what = _reason(reason) if isinstance(reason, BaseException) else reason
+        logging.warning("checkpoint %s is damaged (%s); moved to %s", name, what, aside)
     _barrier(f"pax_set_aside_{name}_moved")
+    return aside
+
+
+# tensorstore appends the full spec of what it read ([tensorstore_spec='{...}'], often kilobytes
+# of JSON) and where in its source it failed: neither says more about the damage.
+_ANNOTATION = re.compile(r"\s*\[[a-z_]+(?:\[\d+\])?='[^']*'\]")
+
+
+def _reason(error: BaseException) -> str:
+    """The whole reason a checkpoint did not read, in one line: the innermost error it was
+    raised from (orbax's wrapper says only which slice it was reading), without tensorstore's
+    annotations."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    text = " ".join(_ANNOTATION.sub("", str(error)).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def check_compatible(where: str, saved, abstract_state) -> None:

@@ -1,5 +1,6 @@
 """The train and eval loops: every side effect (files, logs) lives here, around pure steps."""
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -10,7 +11,7 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from pax import data
+from pax import data, envinfo
 from pax.checkpoint.manager import Checkpointer
 from pax.errors import UsageError
 from pax.experiments import base
@@ -200,11 +201,13 @@ def _config(run: Run, experiment_name: str) -> dict:
     }
 
 
-def _setup(run: Run, job_dir: str, experiment_name: str):
+def _setup(run: Run, job_dir: str, experiment_name: str, history, mode: str, from_step: int):
     """Creates the job directory with config.json and manifest.json; returns (peak, summaries).
 
     Called once the job directory is known to hold this configuration's run (job_config.check,
-    and the checkpoint's own metadata when restoring), so it overwrites nothing of another run."""
+    and the checkpoint's own metadata when restoring), so it overwrites nothing of another run.
+    `history` is the manifest already there (None for a new run): this environment is added to
+    it as a segment from `from_step` when it is not the one that last ran it."""
     config = _config(run, experiment_name)
     is_writer = jax.process_index() == 0
     if is_writer:
@@ -213,9 +216,19 @@ def _setup(run: Run, job_dir: str, experiment_name: str):
     peak = mfu.peak_flops(devices, run.task.model.fprop_dtype)
     if is_writer:
         _write_json(os.path.join(job_dir, job_config.FILE), config)
-        _write_json(
-            os.path.join(job_dir, "manifest.json"), manifest.environment(devices, run.mesh, peak)
-        )
+        described = manifest.environment(devices, run.mesh, peak)
+        updated = manifest.with_segment(history, described, mode, from_step)
+        if updated is not None:
+            _write_json(os.path.join(job_dir, manifest.FILE), updated)
+            if len(updated["segments"]) > 1:
+                logging.info(
+                    "%s %s from step %d: segment %d of this run's history in %s",
+                    manifest.name(updated["segments"][-1]),
+                    "trains" if mode == "train" else "evaluates",
+                    from_step,
+                    len(updated["segments"]),
+                    manifest.FILE,
+                )
     return peak, summaries_lib.Summaries(job_dir, enabled=is_writer)
 
 
@@ -298,14 +311,20 @@ def train(
     experiment_name: str,
     checkpoint_saving: bool = True,
     on_summary=None,
+    allow_env_change: bool = False,
+    start_over_if_damaged: bool = False,
 ) -> dict:
     """Train to NUM_TRAIN_STEPS, resuming from the newest good checkpoint in job_dir.
 
     on_summary(step, values), if given, runs after each train summary and is not counted in the
     next step time (benchmarks/bench.py interleaves other loops with the trainer's this way).
+    allow_env_change: resume a run last trained under another release or lock (a new segment
+    of its history) instead of refusing. start_over_if_damaged: train from step 0 when every
+    checkpoint is damaged instead of refusing.
 
-    Returns the last train metrics. Raises Preempted after saving on SIGTERM/SIGINT,
-    NonFiniteError (NAN_POLICY=stop) and CheckpointError (a save failed).
+    Returns the last train metrics ({} when the run had already finished). Raises Preempted
+    after saving on SIGTERM/SIGINT, NonFiniteError (NAN_POLICY=stop) and CheckpointError (a
+    save failed).
     """
     # Another configuration's job directory is a usage error on every process, found before
     # anything is written: first by config.json, then by the checkpoint's own metadata.
@@ -313,77 +332,96 @@ def train(
     cfg = run.task.train
     place = placement.for_run(run)
     checkpointer = place.checkpointer(job_dir, checkpoint_saving)
-    stream = data.stream(run.train_data)  # C4: its position is saved with every checkpoint
-    restored, state = checkpointer.restore_latest(place.abstract, stream)
-    peak, summaries = _setup(run, job_dir, experiment_name)
-    if jax.process_index() == 0:  # logs come from process 0 only
-        _log_header(run, place, experiment_name, peak)
-    if state is None:
-        state = place.init(cfg.seed)
-    elif jax.process_index() == 0:
-        logging.info("resumed from %s/checkpoint_%08d", checkpointer.directory, restored)
-    step = first_step = int(jax.device_get(state["step"]))
-    state = place.place(state)
-    tokens_per_step = run.global_batch * run.task.model.seq_len
-    flops_per_step = mfu.flops_per_step(run.task.model, run.global_batch)
+    with contextlib.closing(checkpointer):  # orbax's threads end with the run, however it ends
+        history = manifest.read(job_dir)
+        latest = checkpointer.latest_step()
+        if latest is not None:
+            manifest.check_resume(job_dir, history, latest, envinfo.describe(), allow_env_change)
+        stream = data.stream(run.train_data)  # C4: its position is saved with every checkpoint
+        # Restored even when the run is finished: that checks the checkpoint is this model's.
+        restored, state = checkpointer.restore_latest(
+            place.abstract, stream, start_over=start_over_if_damaged
+        )
+        if restored is not None and restored >= cfg.num_train_steps:
+            if jax.process_index() == 0:
+                logging.info(
+                    "%s is finished (checkpoint at step %d, NUM_TRAIN_STEPS=%d): nothing to do; "
+                    "a larger NUM_TRAIN_STEPS (--set) trains it further",
+                    job_dir,
+                    restored,
+                    cfg.num_train_steps,
+                )
+            return {}
+        peak, summaries = _setup(run, job_dir, experiment_name, history, "train", restored or 0)
+        if jax.process_index() == 0:  # logs come from process 0 only
+            _log_header(run, place, experiment_name, peak)
+        if state is None:
+            state = place.init(cfg.seed)
+        elif jax.process_index() == 0:
+            logging.info("resumed from %s/checkpoint_%08d", checkpointer.directory, restored)
+        step = first_step = int(jax.device_get(state["step"]))
+        state = place.place(state)
+        tokens_per_step = run.global_batch * run.task.model.seq_len
+        flops_per_step = mfu.flops_per_step(run.task.model, run.global_batch)
 
-    last, unchecked, timer = {}, [], _StepTimer()
-    total = cfg.num_train_steps
-    try:
-        with preemption.SignalCatcher() as signals:
-            while step < total:
-                state, metrics = place.train_step(state, place.batch(run.train_data, step))
-                metrics = place.metrics(metrics)
-                step += 1
-                timer.step_done(metrics)
-                unchecked.append((step, metrics["finite"]))
-                # Every process gets the same answer at the same step (preemption.py), so all
-                # of them save this step together; a signal landing later waits for the next.
-                stop = signals.stop_at(step - first_step)
-                at_checkpoint = step % cfg.checkpoint_every_n_steps == 0 or step == total
-                at_summary = step % cfg.summary_every_n_steps == 0 or step == total
-                if at_checkpoint or at_summary or stop:
-                    _check_finite(unchecked, cfg.nan_policy, checkpointer)
-                    unchecked = []
-                if at_checkpoint or stop:
-                    checkpointer.save(step, place.unplace(state), stream)
-                if at_summary:
-                    values = {
-                        k: float(v) for k, v in jax.device_get(metrics).items() if k != "finite"
-                    }
-                    step_time = timer.read()
-                    values.update(
-                        step_time_s=step_time,
-                        tokens_per_s=step_time and tokens_per_step / step_time,
-                        mfu=step_time and flops_per_step / step_time / peak["flops"],
-                    )
-                    if stream is not None:  # unreadable records skipped (BAD_RECORD_POLICY=skip)
-                        values["bad_records"] = stream.bad_records
-                    summaries.write("train", step, values)
-                    if summaries.enabled:
-                        summaries_lib.log_train(step, total, values)
-                    last = values
-                    if on_summary is not None:
-                        on_summary(step, values)
-                        timer.restart()
-                if step % cfg.eval_every_n_steps == 0 or step == total:
-                    results = _evaluate(run, place, state_lib.model_variables(state))
-                    for split, values in results.items():
-                        summaries.write(split, step, values)
+        last, unchecked, timer = {}, [], _StepTimer()
+        total = cfg.num_train_steps
+        try:
+            with preemption.SignalCatcher() as signals:
+                while step < total:
+                    state, metrics = place.train_step(state, place.batch(run.train_data, step))
+                    metrics = place.metrics(metrics)
+                    step += 1
+                    timer.step_done(metrics)
+                    unchecked.append((step, metrics["finite"]))
+                    # Every process gets the same answer at the same step (preemption.py), so all
+                    # of them save this step together; a signal landing later waits for the next.
+                    stop = signals.stop_at(step - first_step)
+                    at_checkpoint = step % cfg.checkpoint_every_n_steps == 0 or step == total
+                    at_summary = step % cfg.summary_every_n_steps == 0 or step == total
+                    if at_checkpoint or at_summary or stop:
+                        _check_finite(unchecked, cfg.nan_policy, checkpointer)
+                        unchecked = []
+                    if at_checkpoint or stop:
+                        checkpointer.save(step, place.unplace(state), stream)
+                    if at_summary:
+                        values = {
+                            k: float(v) for k, v in jax.device_get(metrics).items() if k != "finite"
+                        }
+                        step_time = timer.read()
+                        values.update(
+                            step_time_s=step_time,
+                            tokens_per_s=step_time and tokens_per_step / step_time,
+                            mfu=step_time and flops_per_step / step_time / peak["flops"],
+                        )
+                        if (
+                            stream is not None
+                        ):  # unreadable records skipped (BAD_RECORD_POLICY=skip)
+                            values["bad_records"] = stream.bad_records
+                        summaries.write("train", step, values)
                         if summaries.enabled:
-                            summaries_lib.log_eval(step, split, values)
-                    summaries.flush()
-                    timer.restart()
-                    if _reached_target(results, cfg.target_log_pplx, step):
-                        if not (at_checkpoint or stop):
-                            checkpointer.save(step, place.unplace(state), stream)
-                        break
-                if stop:
-                    raise preemption.Preempted(step, signals.reason())
-    finally:
-        summaries.close()
-        checkpointer.close()
-    return last
+                            summaries_lib.log_train(step, total, values)
+                        last = values
+                        if on_summary is not None:
+                            on_summary(step, values)
+                            timer.restart()
+                    if step % cfg.eval_every_n_steps == 0 or step == total:
+                        results = _evaluate(run, place, state_lib.model_variables(state))
+                        for split, values in results.items():
+                            summaries.write(split, step, values)
+                            if summaries.enabled:
+                                summaries_lib.log_eval(step, split, values)
+                        summaries.flush()
+                        timer.restart()
+                        if _reached_target(results, cfg.target_log_pplx, step):
+                            if not (at_checkpoint or stop):
+                                checkpointer.save(step, place.unplace(state), stream)
+                            break
+                    if stop:
+                        raise preemption.Preempted(step, signals.reason())
+        finally:
+            summaries.close()
+        return last
 
 
 def _reached_target(results: dict, target, step: int) -> bool:
@@ -404,26 +442,31 @@ def _reached_target(results: dict, target, step: int) -> bool:
     return True
 
 
-def evaluate(run: Run, job_dir: str, experiment_name: str) -> dict:
-    """Evaluate the newest checkpoint in job_dir on every eval split."""
+def evaluate(run: Run, job_dir: str, experiment_name: str, allow_env_change: bool = False) -> dict:
+    """Evaluate the newest checkpoint in job_dir on every eval split (another release or lock
+    than the one that last ran it only with allow_env_change, as train)."""
     job_config.check(job_dir, _config(run, experiment_name))  # before restore: names the fields
     place = placement.for_run(run)
     checkpointer = place.checkpointer(job_dir, saving=False)
-    latest, state = (
-        checkpointer.restore_latest(place.abstract)
-        if os.path.isdir(checkpointer.directory)
-        else (None, None)
-    )
-    if state is None:
-        raise UsageError(
-            f"no complete checkpoint in {checkpointer.directory}; train first (--mode=train)"
+    with contextlib.closing(checkpointer):
+        history = manifest.read(job_dir)
+        latest = checkpointer.latest_step() if os.path.isdir(checkpointer.directory) else None
+        if latest is not None:
+            manifest.check_resume(job_dir, history, latest, envinfo.describe(), allow_env_change)
+        latest, state = (
+            checkpointer.restore_latest(place.abstract)
+            if os.path.isdir(checkpointer.directory)
+            else (None, None)
         )
-    _, summaries = _setup(run, job_dir, experiment_name)
-    results = _evaluate(run, place, state_lib.model_variables(place.place(state)))
-    for split, values in results.items():
-        summaries.write(split, latest, values)
-        if summaries.enabled:
-            summaries_lib.log_eval(latest, split, values)
-    summaries.close()
-    checkpointer.close()
+        if state is None:
+            raise UsageError(
+                f"no complete checkpoint in {checkpointer.directory}; train first (--mode=train)"
+            )
+        _, summaries = _setup(run, job_dir, experiment_name, history, "eval", latest)
+        results = _evaluate(run, place, state_lib.model_variables(place.place(state)))
+        for split, values in results.items():
+            summaries.write(split, latest, values)
+            if summaries.enabled:
+                summaries_lib.log_eval(latest, split, values)
+        summaries.close()
     return results

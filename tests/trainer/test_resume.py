@@ -9,6 +9,7 @@ aside, with the reason in the log.
 import errno
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -24,9 +25,9 @@ from tests.trainer.helpers import Tiny, derive, read_metrics
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _train(job_dir, experiment=Tiny):
+def _train(job_dir, experiment=Tiny, **flags):
     return loop.train(
-        loop.prepare(experiment(), devices=jax.devices()[:1]), str(job_dir), "tests.Tiny"
+        loop.prepare(experiment(), devices=jax.devices()[:1]), str(job_dir), "tests.Tiny", **flags
     )
 
 
@@ -140,13 +141,57 @@ def _truncate(checkpoint_dir):
 
 def test_truncated_checkpoint_is_set_aside_with_its_reason_in_the_log(job, caplog):
     _truncate(job / "checkpoints" / "checkpoint_00000006")
-    with caplog.at_level(logging.ERROR):
+    with caplog.at_level(logging.WARNING):
         _train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
     assert os.path.isdir(job / "checkpoints_damaged" / "checkpoint_00000006")
     [record] = [r for r in caplog.records if "is damaged" in r.getMessage()]
     assert record.getMessage().startswith("checkpoint checkpoint_00000006 is damaged (")
     assert "moved to" in record.getMessage()
     assert [m["step"] for m in read_metrics(job)][6:] == [4, 5, 6, 7]
+
+
+def _truncate_arrays(checkpoint_dir):
+    """Damage only the array data: the metadata reads, the restore fails part-way through."""
+    _truncate(checkpoint_dir / "state" / "ocdbt.process_0")
+
+
+def test_one_damaged_checkpoint_is_one_warning_line_with_the_whole_reason(job, caplog):
+    _truncate_arrays(job / "checkpoints" / "checkpoint_00000006")
+    with caplog.at_level(logging.WARNING):
+        _train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
+    # orbax's own lines about the failed read are held back: the one line says it all.
+    [line] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    aside = job / "checkpoints_damaged" / "checkpoint_00000006"
+    assert line.startswith("checkpoint checkpoint_00000006 is damaged (ValueError: OUT_OF_RANGE: ")
+    assert re.search(rf"is not valid for value of size \d+\); moved to {aside}$", line), line
+    assert "tensorstore_spec" not in line and "\n" not in line
+    assert [m["step"] for m in read_metrics(job)][6:] == [4, 5, 6, 7]
+
+
+def test_every_checkpoint_damaged_stops_naming_them_until_asked_to_start_over(job, caplog):
+    for step in (3, 6):
+        _truncate(job / "checkpoints" / f"checkpoint_{step:08d}")
+    kept = {k: v for k, v in _snapshot(job).items() if not k.startswith("checkpoints")}
+    aside = job / "checkpoints_damaged"
+    with pytest.raises(UsageError) as error:
+        _train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
+    assert str(error.value) == (
+        f"every checkpoint under {job}/checkpoints is damaged: checkpoint_00000006, "
+        f"checkpoint_00000003, moved to {aside}; nothing was trained. Put good copies back under "
+        f"{job}/checkpoints, or rerun with --start_over_if_damaged to train from step 0"
+    )
+    assert sorted(os.listdir(aside)) == ["checkpoint_00000003", "checkpoint_00000006"]
+    assert {k: v for k, v in _snapshot(job).items() if not k.startswith("checkpoints")} == kept
+    # The same command again finds no checkpoint, and still does not start from step 0.
+    with pytest.raises(UsageError, match=(
+        rf"^{job}/checkpoints holds no checkpoint: its run's were set aside as damaged "
+        rf"\(checkpoint_00000006, checkpoint_00000003 in {aside}\); nothing was trained"
+    )):  # fmt: skip
+        _train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
+    with caplog.at_level(logging.WARNING):
+        _train(job, derive(Tiny, NUM_TRAIN_STEPS=7), start_over_if_damaged=True)
+    assert [m["step"] for m in read_metrics(job)][6:] == [1, 2, 3, 4, 5, 6, 7]
+    assert any("training starts over from step 0" in r.getMessage() for r in caplog.records)
 
 
 def _flaky_restore(monkeypatch, failures):
