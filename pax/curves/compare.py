@@ -26,6 +26,7 @@ from pathlib import Path
 from pax.curves import stats
 from pax.curves.reference import RUN_LENGTH, Reference, Stat, config_differences, flat_config
 from pax.curves.runs import CannotJudge, CurvesError, Run
+from pax.train import manifest as history
 
 INSIDE, OUTSIDE, CANNOT_JUDGE = 0, 1, 125
 
@@ -89,8 +90,9 @@ def _fmt(x: float | None) -> str:
 
 
 def _env(manifest: dict | None) -> tuple[str, str, str]:
+    """(release, platform, lock) of a manifest, a segment of one or a reference's run entry."""
     manifest = manifest or {}
-    platform = (manifest.get("devices") or {}).get("platform") or "?"
+    platform = manifest.get("platform") or (manifest.get("devices") or {}).get("platform") or "?"
     return (
         str(manifest.get("release") or "?"),
         str(platform),
@@ -100,6 +102,24 @@ def _env(manifest: dict | None) -> tuple[str, str, str]:
 
 def _env_text(envs: list[tuple[str, str, str]]) -> str:
     return "; ".join(f"release {r} {p} (lock {lock})" for r, p, lock in sorted(set(envs)))
+
+
+def _history_text(run: Run) -> str:
+    """The environments that trained the run, with their steps when there were several."""
+    segments = history.segments(run.manifest)
+    if len(segments) < 2:
+        return _env_text([_env(run.manifest)])
+    last = max((max(c) for m in run.curves.values() for c in m.values() if c), default=0)
+    parts = []
+    for segment, after in zip(segments, [*segments[1:], None]):
+        start = segment.get("from_step") or 0
+        if segment.get("mode") == "eval":
+            steps = f"evaluated step {start}"
+        else:
+            end = after.get("from_step") if after and after.get("mode") != "eval" else last
+            steps = f"steps {start + 1}-{end}"
+        parts.append(f"{_env_text([_env(segment)])} {steps}")
+    return "; ".join(parts)
 
 
 def _seeds_text(seeds: list) -> str:
@@ -174,12 +194,12 @@ def judge(
     missing = [r for r in rows if not r.judged]
 
     band_env = [_env(r) for r in ref.runs]
-    run_env = _env(run.manifest)
+    run_envs = [_env(segment) for segment in history.segments(run.manifest)] or [_env(None)]
     lines = [
         f"compare {run.job_dir} with reference {ref.name} ({n} {_seeds_text(ref.seeds())}, "
         f"recorded {ref.recorded_at or '?'})",
         f"  band: {_env_text(band_env)}",
-        f"  run:  {_env_text([run_env])}" + (f", seed {run.seed}" if run.seed is not None else ""),
+        f"  run:  {_history_text(run)}" + (f", seed {run.seed}" if run.seed is not None else ""),
         f"  rule: flagged when any of {j} checks strays more than {limit:.2f} s from the seeds' "
         f"mean (s: their std there); a healthy run is flagged with probability <= "
         f"{100 * alpha:g}% (Student's t, {n - 1} dof, Bonferroni over {j} checks)",
@@ -189,15 +209,16 @@ def judge(
             f"  note: the run trains {length} of the band's {band_length} steps: judged on the "
             f"{j} checks it reaches"
         )
-    if run_env[2] not in {e[2] for e in band_env}:
+    if {e[2] for e in run_envs} - {e[2] for e in band_env}:
         lines.append(
             "  note: the run's lock differs from the band's: compared all the same (the same "
             "math where the platform is the same); outside means the curve moved with it"
         )
-    if run_env[1] not in {e[1] for e in band_env} and run_env[1] != "?":
+    run_platforms = {e[1] for e in run_envs} - {e[1] for e in band_env} - {"?"}
+    if run_platforms:
         lines.append(
             f"  note: the band was recorded on {'/'.join(sorted({e[1] for e in band_env}))}, "
-            f"the run ran on {run_env[1]}: other kernels, other rounding"
+            f"the run ran on {'/'.join(sorted(run_platforms))}: other kernels, other rounding"
         )
     if run.fault:
         lines.append(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pax.curves.reference import ALPHA, TRAIN_WINDOW, Reference, flat_config
 from pax.curves.runs import CurvesError, read_run
+from pax.train import manifest as history
 
 MANIFEST_KEYS = ("release", "lock_sha256", "git_revision", "python", "headline_packages", "devices")
 
@@ -53,6 +54,13 @@ def _entry(rec: Recorded, root: Path) -> tuple[dict, dict, str | None]:
         )
     if run.config is None:
         raise CurvesError(f"{rec.job_dir}: no config.json; a reference must say what ran")
+    segments = history.segments(manifest)
+    if len(segments) > 1:
+        raise CurvesError(
+            f"{rec.job_dir}: trained in {len(segments)} environments "
+            f"({', '.join(history.name(s) for s in segments)}); a reference run must come from "
+            "one: train it again in a new job directory"
+        )
     config = flat_config(run.config)
     entry = {
         "seed": run.seed,

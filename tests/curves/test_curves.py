@@ -21,6 +21,7 @@ from pax.curves import (
     make_stats,
     read_metrics,
     read_run,
+    record,
     stats,
 )
 from pax.curves.__main__ import main
@@ -395,6 +396,26 @@ def test_other_lock_and_platform_are_compared_with_a_note(make_run, reference_fi
     assert "run:  release 1.5.0 gpu (lock bbbbbbbbbbbb)" in verdict.report
     assert "the run's lock differs from the band's: compared all the same" in verdict.report
     assert "the band was recorded on cpu, the run ran on gpu" in verdict.report
+
+
+def test_a_run_resumed_in_another_environment_names_each_segment(make_run, reference_file):
+    ref = load_reference(reference_file)
+    job = make_run("r", seed=2)
+    first = json.loads((job / "manifest.json").read_text())
+    segment = {"mode": "train", "release": "1.6.0", "platform": "cpu", "lock_sha256": "a" * 64}
+    first["segments"] = [
+        {**segment, "from_step": 0},
+        {**segment, "from_step": 100, "release": "1.3.0", "lock_sha256": "c" * 64},
+    ]
+    (job / "manifest.json").write_text(json.dumps(first))
+    verdict = judge(read_run(job), ref)
+    assert (
+        "run:  release 1.6.0 cpu (lock aaaaaaaaaaaa) steps 1-100; "
+        "release 1.3.0 cpu (lock cccccccccccc) steps 101-150, seed 2"
+    ) in verdict.report
+    assert "the run's lock differs from the band's" in verdict.report
+    with pytest.raises(CurvesError, match="trained in 2 environments"):
+        record.record([record.Recorded(job, "train")], "Tiny", job.parent / "ref.json")
 
 
 def test_other_experiment_or_config_is_refused(make_run, reference_file):
