@@ -15,10 +15,9 @@ import pytest
 
 from pax.errors import UsageError
 from pax.train import loop, manifest
-from tests.trainer.helpers import Tiny, derive, read_metrics
+from tests.trainer.helpers import OTHER, Tiny, derive, read_metrics
 from tests.trainer.test_resume import ROOT, _snapshot
 
-OTHER = "1.3.0"
 PAX = os.path.join(ROOT, "pax")
 
 

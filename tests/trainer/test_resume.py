@@ -7,9 +7,11 @@ aside, with the reason in the log.
 """
 
 import errno
+import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -20,7 +22,7 @@ import pytest
 from pax.checkpoint import manager
 from pax.errors import UsageError
 from pax.train import loop
-from tests.trainer.helpers import Tiny, derive, read_metrics
+from tests.trainer.helpers import OTHER, Tiny, derive, read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -49,17 +51,18 @@ def _snapshot(job_dir):
     return out
 
 
-def _main(job_dir, *sets):
+def _main(job_dir, *sets, flags=(), env=None):
     args = ["NUM_LAYERS=2", "MODEL_DIMS=64", "HIDDEN_DIMS=128", "SEQ_LEN=32", "NUM_TRAIN_STEPS=4"]
     return subprocess.run(
         [sys.executable, "-m", "pax.main", "--exp=LmCloudSpmdTiny", f"--job_log_dir={job_dir}"]
         + [f"--set={a}" for a in args + list(sets)]
-        + ["--set=CHECKPOINT_EVERY_N_STEPS=2", "--set=EVAL_EVERY_N_STEPS=2"],
+        + ["--set=CHECKPOINT_EVERY_N_STEPS=2", "--set=EVAL_EVERY_N_STEPS=2", *flags],
         env={
             **os.environ,
             "PYTHONPATH": ROOT,
             "JAX_PLATFORMS": "cpu",
             "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+            **(env or {}),
         },
         cwd=ROOT,
         capture_output=True,
@@ -192,6 +195,57 @@ def test_every_checkpoint_damaged_stops_naming_them_until_asked_to_start_over(jo
         _train(job, derive(Tiny, NUM_TRAIN_STEPS=7), start_over_if_damaged=True)
     assert [m["step"] for m in read_metrics(job)][6:] == [1, 2, 3, 4, 5, 6, 7]
     assert any("training starts over from step 0" in r.getMessage() for r in caplog.records)
+
+
+# The fast tests above check each claim in-process; these check what a user of pax.main sees.
+@pytest.mark.slow
+def test_damage_on_the_command_line_is_one_line_each(tmp_path):
+    first = _main(tmp_path / "job")
+    assert first.returncode == 0, first.stderr[-3000:]
+    for name in ("clean", "damaged", "all"):
+        shutil.copytree(tmp_path / "job", tmp_path / name)
+    # The same resume from step 2, once because checkpoint 4 is gone, once because it is damaged.
+    shutil.rmtree(tmp_path / "clean" / "checkpoints" / "checkpoint_00000004")
+    _truncate_arrays(tmp_path / "damaged" / "checkpoints" / "checkpoint_00000004")
+    clean = _main(tmp_path / "clean", "NUM_TRAIN_STEPS=5")
+    damaged = _main(tmp_path / "damaged", "NUM_TRAIN_STEPS=5")
+    assert clean.returncode == damaged.returncode == 0, damaged.stderr[-3000:]
+    extra = [line for line in damaged.stderr.splitlines() if "is damaged" in line]
+    assert len(extra) == 1 and " moved to " in extra[0]
+    assert len(damaged.stderr.splitlines()) == len(clean.stderr.splitlines()) + 1, damaged.stderr
+    # Every checkpoint damaged: one warning line each, then the error, and nothing trained.
+    for step in (2, 4):
+        _truncate(tmp_path / "all" / "checkpoints" / f"checkpoint_{step:08d}")
+    metrics = (tmp_path / "all" / "metrics.jsonl").read_text()
+    stopped = _main(tmp_path / "all", "NUM_TRAIN_STEPS=5")
+    assert stopped.returncode == 2
+    lines = stopped.stderr.strip().splitlines()
+    assert lines[-1].startswith(
+        f"pax: error: every checkpoint under {tmp_path}/all/checkpoints is damaged: "
+        "checkpoint_00000004, checkpoint_00000002, moved to "
+    )
+    assert sum("is damaged (" in line for line in lines[:-1]) == 2
+    assert not [line for line in lines if line.startswith((" ", "Traceback", "Exception"))]
+    assert (tmp_path / "all" / "metrics.jsonl").read_text() == metrics
+
+
+@pytest.mark.slow
+def test_another_release_on_the_command_line_is_one_line_and_the_flag_adds_a_segment(tmp_path):
+    first = _main(tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = _snapshot(tmp_path)
+    ours = json.loads((tmp_path / "manifest.json").read_text())["release"]
+    other = {"PAX_RELEASE": OTHER, "PAX_LOCKFILE": os.path.join(ROOT, f"releases/{OTHER}/cpu.txt")}
+    refused = _main(tmp_path, "NUM_TRAIN_STEPS=5", env=other)
+    assert refused.returncode == 2
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"pax: error: {tmp_path} was trained up to step 4 on release {ours} ")
+    assert f"this is release {OTHER} " in last and last.endswith("as a new segment)")
+    assert _snapshot(tmp_path) == before
+    allowed = _main(tmp_path, "NUM_TRAIN_STEPS=5", flags=["--allow_env_change"], env=other)
+    assert allowed.returncode == 0, allowed.stderr[-3000:]
+    segments = json.loads((tmp_path / "manifest.json").read_text())["segments"]
+    assert [(s["release"], s["from_step"]) for s in segments] == [(ours, 0), (OTHER, 4)]
 
 
 def _flaky_restore(monkeypatch, failures):
