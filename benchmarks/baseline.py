@@ -16,6 +16,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
+# Which intermediate values a rematerialized block keeps (jax's policies): "full" keeps none.
+REMAT_POLICIES = {
+    "none": None,
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,
+    "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
@@ -26,7 +34,7 @@ class Shape:
     heads: int
     seq: int
     dtype: str = "float32"  # activations; parameters and logits stay float32
-    remat: bool = False  # recompute each block in the backward pass (saves nothing)
+    remat: str = "none"  # what each block keeps for the backward pass: REMAT_POLICIES
 
 
 class Block(nn.Module):
@@ -59,7 +67,9 @@ class Lm(nn.Module):
         embed = nn.Embed(s.vocab, s.dims, dtype=dt, embedding_init=init)
         positions = self.param("positions", nn.initializers.normal(0.02), (s.seq, s.dims))
         x = embed(tokens) + positions[: tokens.shape[1]].astype(dt)
-        block = nn.remat(Block) if s.remat else Block
+        block = Block
+        if s.remat != "none":
+            block = nn.remat(Block, policy=REMAT_POLICIES[s.remat])
         for _ in range(s.layers):
             x = block(s)(x)
         return embed.attend(nn.LayerNorm(dtype=dt)(x)).astype(jnp.float32)

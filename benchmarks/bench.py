@@ -163,7 +163,7 @@ def baseline_shape(cfg) -> baseline.Shape:
         and cfg.activation == "gelu"
         and not cfg.separate_embedding
         and not cfg.use_fp8
-        and cfg.remat_policy in ("none", "full")
+        and cfg.remat_policy in baseline.REMAT_POLICIES
         and not cfg.attention_query_chunk
     )
     if not plain:
@@ -176,7 +176,7 @@ def baseline_shape(cfg) -> baseline.Shape:
         heads=cfg.num_heads,
         seq=cfg.seq_len,
         dtype=cfg.fprop_dtype,
-        remat=cfg.remat_policy == "full",
+        remat=cfg.remat_policy,
     )
 
 
@@ -388,7 +388,11 @@ def main(argv=None) -> int:
     config = "small" if args.small else args.config
     if args.profile:
         runs = loops(experiment(config, args.dtype)().task())
-        print(profile.report(*(profile.op_times(run, args.steps) for run in runs)))
+        print(
+            profile.report(
+                *(profile.op_times(profile.loop_hlo(r), r.interval, args.steps) for r in runs)
+            )
+        )
         return 0
     result = measure(experiment(config, args.dtype), args.steps, args.repeats)
     print(report(result))

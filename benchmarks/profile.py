@@ -108,15 +108,20 @@ class Profile(NamedTuple):
     wall_ms: float  # one step, wall clock
 
 
-def op_times(run, steps: int) -> Profile:
-    """Where a step of a benchmark loop (benchmarks.minimal_loop.MinimalLoop or
-    benchmarks.baseline.Baseline) spends its time."""
-    hlo = run.step.lower(run.params, run.opt_state, run.batches[0]).compile().as_text()
+def loop_hlo(run) -> str:
+    """The compiled HLO of a benchmark loop's step (benchmarks.minimal_loop.MinimalLoop or
+    benchmarks.baseline.Baseline)."""
+    return run.step.lower(run.params, run.opt_state, run.batches[0]).compile().as_text()
+
+
+def op_times(hlo: str, interval, steps: int) -> Profile:
+    """Where a step spends its time: `hlo` the step's compiled HLO, `interval(n)` runs n steps
+    and returns seconds per step (a benchmark loop's, or pax.train.compiled_step's)."""
     described = _instructions(hlo)
-    run.interval(1)  # compiled and warm before the trace
+    interval(1)  # compiled and warm before the trace
     with tempfile.TemporaryDirectory() as trace_dir:
         jax.profiler.start_trace(trace_dir)
-        wall_ms = run.interval(steps) * 1e3
+        wall_ms = interval(steps) * 1e3
         jax.profiler.stop_trace()
         (path,) = glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True)
         profile = ProfileData.from_file(path)

@@ -16,7 +16,7 @@ from pax.decode import options as decode_options
 from pax.decode import run as decode_run
 from pax.errors import UsageError
 from pax.experiments import base, describe, overrides, registry
-from pax.parallel import distributed
+from pax.parallel import accelerator, distributed
 from pax.train import loop, preemption
 
 EXIT_USAGE = 2
@@ -110,6 +110,8 @@ def main(argv):
         raise UsageError("--exp is required, e.g. --exp=tasks.lm.params.lm_cloud.LmCloudSpmdTiny")
     if not _JOB_LOG_DIR.value:
         raise UsageError("--job_log_dir is required, e.g. --job_log_dir=runs/tiny")
+    if _MODE.value in ("train", "eval"):  # the modes that write into it
+        loop.check_job_dir(_JOB_LOG_DIR.value)
     registered = registry.get(_EXP.value)
     name = registry.name_of(registered)
     # Flags that are hyper-parameters, applied like --set so config.json records them.
@@ -119,6 +121,7 @@ def main(argv):
     experiment_cls = overrides.apply(registered, _SET.value + flag_sets)
     base.resolve(experiment_cls)  # every value checked before any process joins or writes
     distributed.initialize(_SERVER_ADDR.value, _NUM_HOSTS.value, _HOST_IDX.value)
+    accelerator.claim()  # a chip another process holds: one line naming it, before any output
     decoding = _MODE.value in ("decode_once", "decode")
     # Decoding reads no training input (a C4 experiment decodes --prompt without its data).
     run = loop.prepare(experiment_cls(), with_data=not decoding)

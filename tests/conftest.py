@@ -16,7 +16,24 @@ import pytest
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def _accelerator_tier(args) -> bool:
+    """Whether this run selects the tests marked `accelerator` (`-m accelerator`)."""
+    for i, arg in enumerate(args):
+        expression = args[i + 1] if arg == "-m" and i + 1 < len(args) else None
+        if arg.startswith("-m") and len(arg) > 2:
+            expression = arg[2:].lstrip("=")
+        if expression and "accelerator" in expression and "not accelerator" not in expression:
+            return True
+    return False
+
+
+# The default tiers run on CPU whatever the machine has. The accelerator tier leaves
+# JAX_PLATFORMS alone, so jax takes the machine's TPU or GPU (its CPU stays there beside it for
+# the tests that compare the two).
+if not _accelerator_tier(sys.argv):
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
 def _compilation_cache() -> Path | None:

@@ -39,7 +39,7 @@ from pax.train import state as state_lib
 
 OUT_DIR = "decoder_out"
 # Model settings that change memory or speed, not the parameters or what they compute.
-_SAME_FUNCTION = ("remat_policy", "attention_query_chunk", "cpu_kernels")
+_SAME_FUNCTION = ("remat_policy", "attention_query_chunk", "cpu_kernels", "attention_kernel")
 
 
 class NoNewCheckpoint(CheckpointError):

@@ -202,6 +202,11 @@ def _cross_check(name: str, v: dict) -> None:
     chunk = v["ATTENTION_QUERY_CHUNK"]
     if chunk and v["SEQ_LEN"] % chunk:
         fail(f"ATTENTION_QUERY_CHUNK={chunk} does not divide SEQ_LEN={v['SEQ_LEN']}")
+    if v["ATTENTION_KERNEL"] == "splash" and v["SEQ_LEN"] % 128:
+        fail(
+            f"ATTENTION_KERNEL=splash needs a SEQ_LEN that is a multiple of 128, not "
+            f"{v['SEQ_LEN']}; use --set ATTENTION_KERNEL=xla"
+        )
     if v["POSITION_EMBEDDING"] == "learned" and v["SEQ_LEN"] > v["TRAINABLE_PE_MAX_SEQ_LEN"]:
         fail(
             f"SEQ_LEN={v['SEQ_LEN']} exceeds TRAINABLE_PE_MAX_SEQ_LEN={v['TRAINABLE_PE_MAX_SEQ_LEN']}"

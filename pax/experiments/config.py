@@ -151,6 +151,13 @@ class ModelConfig:
         "math with chunk/SEQ_LEN of the scores' memory; 0: the whole sequence (Pax)",
         minimum=0,
     )
+    attention_kernel: str = hp(
+        "auto",
+        "xla: attention as einsums and a softmax (the scores in memory); splash: jax's Pallas "
+        "flash-attention kernel for TPU (interpreted elsewhere, for tests), SEQ_LEN a multiple "
+        "of 128; auto: splash where the backend is TPU and SEQ_LEN allows, else xla",
+        choices=("auto", "xla", "splash"),
+    )
     use_fp8: bool = hp(False, "FP8 attention projections and FFN matmuls", pax="USE_FP8")
     cpu_kernels: str = hp(
         "auto",

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
-from pax.models import kernels, kv_cache
+from pax.models import kernels, kv_cache, splash
 from pax.models.base import Sharded, boxed
 from pax.models.positions import rotary
 
@@ -132,7 +132,9 @@ class Attention(Sharded):
             )
 
         size = c.attention_query_chunk
-        if size and size < x.shape[1] and not kv_cache.decoding(self):
+        if self.splash_attention and not kv_cache.decoding(self):
+            out = splash.attend(q, k, v, segment_ids, c.atten_logit_cap, self.mesh, self.rules)
+        elif size and size < x.shape[1] and not kv_cache.decoding(self):
             # Memory-efficient attention: query chunks one at a time, each recomputed in the backward
             # pass, so only a chunk's (heads, chunk, length) scores are ever alive.
             def split(a):

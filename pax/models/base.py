@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from pax.experiments.config import ModelConfig
-from pax.models import fp8, kernels
+from pax.models import fp8, kernels, splash
 from pax.parallel import sharding
 
 ACT_AXES = ("batch", "length", "act_embed")
@@ -50,6 +50,15 @@ class Sharded(nn.Module):
         keeps them to CPU."""
         kernels = self.cfg.cpu_kernels
         return jax.default_backend() == "cpu" if kernels == "auto" else kernels == "on"
+
+    @property
+    def splash_attention(self) -> bool:
+        """Whether attention runs in jax's splash kernel (ATTENTION_KERNEL; pax.models.splash):
+        `auto` where the backend is TPU and the sequence fits its blocks."""
+        c = self.cfg
+        if c.attention_kernel == "auto":
+            return jax.default_backend() == "tpu" and splash.usable(c.seq_len)
+        return c.attention_kernel == "splash"
 
     def add_bias(self, y, b):
         return kernels.add_bias(y, b) if self.cpu_kernels else y + b

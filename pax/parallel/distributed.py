@@ -6,6 +6,8 @@ each process one GPU, so launch one task per GPU), Kubernetes Jobs where the `ku
 package is installed (the images leave it out; their GPU JobSet passes the flags).
 """
 
+import os
+import threading
 from typing import Optional
 
 import jax
@@ -17,17 +19,72 @@ from jax._src import clusters
 
 from pax.errors import UsageError
 
+# How long jax's detection may take. A metadata server that answers does so in milliseconds; one
+# that is unreachable (a container, a GKE pod without metadata access) can hold jax's requests
+# for minutes of timeouts and retries.
+DETECTION_TIMEOUT_S = 10.0
+# Where a TPU host learns its slice's other workers (GKE and TPU VMs alike).
+_TPU_WORKER_VARS = ("TPU_PROCESS_ADDRESSES", "TPU_WORKER_HOSTNAMES")
 
-def detect_cluster() -> Optional[tuple[str, int]]:
+
+class DetectionFailed(Exception):
+    """jax's cluster detection did not complete: why, in one line."""
+
+
+def detect_cluster(timeout_s: float = DETECTION_TIMEOUT_S) -> Optional[tuple[str, int]]:
     """The cluster jax.distributed.initialize() would join on its own: (kind, process count).
 
     Same candidates in the same order as jax's auto-detection, opt-in ones (mpi4py) left out as
-    jax does; None where there is none (a plain single-host run).
+    jax does; None where there is none (a plain single-host run). Raises DetectionFailed where
+    a candidate raises (a metadata server that is not there) or takes longer than timeout_s:
+    it runs in a daemon thread, so a hung request is left behind, not waited for.
     """
-    for env in clusters.ClusterEnv._cluster_types:
-        if not env.opt_in_only_method and env.is_env_present():
-            return env.__name__, env.get_process_count()
-    return None
+    outcome: dict = {}
+
+    def detect():
+        try:
+            for env in clusters.ClusterEnv._cluster_types:
+                outcome["env"] = env.__name__
+                if not env.opt_in_only_method and env.is_env_present():
+                    outcome["found"] = (env.__name__, env.get_process_count())
+                    return
+            outcome["found"] = None
+        except Exception as err:  # noqa: BLE001 - any failure of jax's probes means "unknown"
+            outcome["error"] = err
+
+    thread = threading.Thread(target=detect, name="pax-cluster-detection", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    where = outcome.get("env", "jax's cluster detection")
+    if thread.is_alive():
+        raise DetectionFailed(f"{where} did not answer within {timeout_s:g} s")
+    if "error" in outcome:
+        err = outcome["error"]
+        reason = (str(err).strip().splitlines() or [""])[0][:200]
+        raise DetectionFailed(f"{where}: {type(err).__name__}: {reason}")
+    return outcome["found"]
+
+
+def _hosts_named_by_environment() -> tuple[int, str]:
+    """How many hosts the TPU worker variables list, and which variable said so (0, "")."""
+    for var in _TPU_WORKER_VARS:
+        hosts = [h for h in os.environ.get(var, "").split(",") if h.strip()]
+        if hosts:
+            return len(hosts), var
+    return 0, ""
+
+
+def _undetected(why: DetectionFailed, num_hosts: int) -> None:
+    """A detection that could not complete: single host, unless something says otherwise."""
+    hosts, var = _hosts_named_by_environment()
+    if hosts > 1 or num_hosts > 1:
+        said = f"{var} lists {hosts} hosts" if hosts > 1 else f"--num_hosts={num_hosts}"
+        raise UsageError(
+            f"cluster detection could not complete ({why}) and {said}: set "
+            "MEGASCALE_NUM_SLICES=1 (or the slice count) and MEGASCALE_SLICE_ID where no metadata "
+            "server answers, or pass --server_addr=HOST:PORT --num_hosts=N --host_idx=I"
+        )
+    logging.warning("cluster detection could not complete (%s): running on this host alone", why)
 
 
 def join_args(
@@ -51,7 +108,11 @@ def join_args(
         )
     if host_idx is not None:
         raise UsageError(f"--host_idx={host_idx} needs --server_addr=HOST:PORT (process 0)")
-    found = detect_cluster()
+    try:
+        found = detect_cluster()
+    except DetectionFailed as why:
+        _undetected(why, num_hosts)
+        return None
     if found is None:
         if num_hosts > 1:
             raise UsageError(

@@ -14,14 +14,13 @@ MFU is against the dense BF16 peak (pax.train.mfu) for both; FP8's own peak is t
 import argparse
 import re
 import sys
-import time
 
 import jax
 import numpy as np
 
 from pax.errors import UsageError
 from pax.experiments import registry
-from pax.train import loop, mfu, placement
+from pax.train import compiled_step, mfu
 from pax.train import state as state_lib
 
 GPU_EXPERIMENT = "C4Spmd1BAdam4Replicas"
@@ -32,44 +31,14 @@ _F8_DOT = re.compile(r"stablehlo\.dot_general.*tensor<[^>]*xf8E(4M3FN|5M2)>")
 VARIANTS = (("bf16", False), ("fp8", True))
 
 
-def _experiment(name: str, use_fp8: bool, batch):
-    """`name` on one device with synthetic tokens, bf16 activations, FP8 on or off."""
-    cls = registry.get(name)
-    attrs = dict(
-        USE_FP8=use_fp8,
-        FPROP_DTYPE="bfloat16",
-        DATA_SOURCE="synthetic",
-        EVAL_NUM_BATCHES=1,
-        MESH_AXIS_NAMES=("replica", "data", "mdl"),
-        ICI_MESH_SHAPE=(1, 1, 1),
-        DCN_MESH_SHAPE=None,
-        NUM_STAGES=1,
-        NUM_MICROBATCHES=1,
-        MICROBATCH_SIZE=None,
-    )
-    if batch:
-        attrs["PERCORE_BATCH_SIZE"] = batch
-    return type(cls.__name__, (cls,), attrs)()
-
-
 def measure(name: str, use_fp8: bool, steps: int, batch=None) -> dict:
-    run = loop.prepare(_experiment(name, use_fp8, batch), devices=jax.devices()[:1])
-    place = placement.Spmd(run)
-    batches = [place.batch(run.train_data, i) for i in range(steps + 1)]
-    lowered = place.train_step.lower(place.abstract, batches[0])
-    start = time.perf_counter()
-    compiled = lowered.compile()
-    compile_s = time.perf_counter() - start
-    hlo = compiled.as_text()
-    state = place.init(run.task.train.seed)
-    state, metrics = compiled(state, batches[0])  # warm-up: first-run allocations, autotuning
-    losses = [float(metrics["loss"])]
-    start = time.perf_counter()
-    for b in batches[1:]:
-        state, metrics = compiled(state, b)
-    jax.block_until_ready(metrics)
-    step_s = (time.perf_counter() - start) / steps
-    losses.append(float(metrics["loss"]))
+    experiment = compiled_step.one_device(name, batch, USE_FP8=use_fp8)
+    step = compiled_step.CompiledStep(experiment, jax.devices()[:1], steps + 1)
+    hlo = step.compiled.as_text()
+    step.interval(1)  # warm-up: first-run allocations, autotuning
+    step_s = step.interval(steps)
+    losses = step.losses
+    run = step.run
     cfg = run.task.model
     tokens = run.global_batch * cfg.seq_len
     flops = mfu.flops_per_step(cfg, run.global_batch)
@@ -77,19 +46,19 @@ def measure(name: str, use_fp8: bool, steps: int, batch=None) -> dict:
     return {
         "experiment": registry.name_of(registry.get(name)),
         "use_fp8": use_fp8,
-        "params": state_lib.num_params(place.abstract),
+        "params": state_lib.num_params(step.abstract),
         "model": cfg,
         "batch": run.global_batch,
         "tokens_per_step": tokens,
         "flops_per_step": flops,
         "peak": peak,
-        "compile_s": compile_s,
+        "compile_s": step.compile_s,
         "step_s": step_s,
         "tokens_per_s": tokens / step_s,
         "mfu": flops / step_s / peak["flops"],
         "losses": losses,
         "f8_gemms": hlo.count(f'custom_call_target="{F8_GEMM}"'),
-        "f8_dots_lowered": len(_F8_DOT.findall(lowered.as_text())),
+        "f8_dots_lowered": len(_F8_DOT.findall(step.lowered.as_text())),
     }
 
 

@@ -96,7 +96,7 @@ def test_profile_charges_the_traced_ops_to_their_source(capsys):
         (minimal_run, "TransformerLm/layers/ffn/ffn.project/bte,eh->bth/dot_general", 1),
         (baseline_run, "Lm/Block/Dense/dot_general", 4),  # QKV, output, FFN in and out
     ):
-        groups, ops, wall_ms = profile.op_times(run, 2)
+        groups, ops, wall_ms = profile.op_times(profile.loop_hlo(run), run.interval, 2)
         traced = sum(ms for ms, _ in groups.values())
         assert sum(ops.values()) == pytest.approx(traced)  # the same ops, one by one
         # At this size a step is mostly dispatch, so the ops cover only part of it; on n
@@ -294,3 +294,18 @@ def test_gpu_bench_without_a_gpu_says_so_and_exits_2(capsys):
     assert gpu_bench.main([]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no GPU here" in err[0] and "--dry-run" in err[0]
+
+
+def test_the_accelerator_bench_checks_itself_end_to_end_on_cpu(capsys):
+    """tpu_bench --dry-run: the trainer's compiled step (XLA and the interpreted splash kernel)
+    and the baseline at a tiny size, with the summary against the targets; without --dry-run
+    on a CPU it is a usage error."""
+    from benchmarks import tpu_bench
+
+    assert tpu_bench.main(["--batch", "1"]) == 2
+    assert "no accelerator here" in capsys.readouterr().err
+    args = ["--dry-run", "--batch", "2", "--remat", "full", "--attention", "xla", "splash"]
+    assert tpu_bench.main([*args, "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("trainer / baseline") == 2
+    assert "best MFU" in out and "loss nan" not in out

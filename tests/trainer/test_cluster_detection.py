@@ -157,3 +157,72 @@ def test_two_slurm_tasks_join_without_flags(tmp_path):
     # into the middle of a printed line.
     joined = [json.loads((tmp_path / f"joined{i}.json").read_text()) for i in range(2)]
     assert joined == [[0, 2, 4, [0, 1]], [1, 2, 4, [0, 1]]]
+
+
+def _tpu_host_without_metadata(monkeypatch, hostnames: str):
+    """A TPU host (or GKE pod) whose worker variables are set and whose metadata server is not
+    there: jax's own metadata lookup is pointed at a closed local port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setattr(cloud_tpu_cluster, "running_in_cloud_tpu_vm", True)
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", hostnames)
+    monkeypatch.setenv("TPU_WORKER_ID", "0")
+    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "true")
+    monkeypatch.setenv("GCE_METADATA_IP", closed)
+
+
+def test_a_single_tpu_host_without_metadata_runs_alone_with_one_warning(monkeypatch, caplog):
+    _tpu_host_without_metadata(monkeypatch, "localhost")
+    # jax itself fails here: it asks the metadata server for MEGASCALE_NUM_SLICES (with
+    # `requests`, which the tpu lock has and the cpu lock does not: either way, an exception).
+    with pytest.raises(Exception):
+        cloud_tpu_cluster.GkeTpuCluster.get_process_count()
+    with pytest.raises(distributed.DetectionFailed, match=r"^GkeTpuCluster: \w+Error: "):
+        distributed.detect_cluster()
+    with caplog.at_level("WARNING"):
+        assert distributed.join_args(None, 1, None) is None
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("cluster detection could not complete (GkeTpuCluster: ")
+    assert line.endswith("running on this host alone")
+
+
+def test_several_tpu_hosts_without_metadata_is_a_usage_error_naming_what_to_set(monkeypatch):
+    _tpu_host_without_metadata(monkeypatch, "w-0,w-1,w-2,w-3")
+    with pytest.raises(UsageError) as err:
+        distributed.join_args(None, 1, None)
+    message = str(err.value)
+    assert "TPU_WORKER_HOSTNAMES lists 4 hosts" in message
+    assert "MEGASCALE_NUM_SLICES=1" in message and "--server_addr=HOST:PORT" in message
+    assert "\n" not in message
+    # With the slice count given, jax needs no metadata and the slice is joined.
+    monkeypatch.setenv("MEGASCALE_NUM_SLICES", "1")
+    assert distributed.join_args(None, 1, None) == ("GkeTpuCluster", {})
+
+
+def test_num_hosts_on_an_undetectable_host_is_a_usage_error(monkeypatch):
+    _tpu_host_without_metadata(monkeypatch, "localhost")
+    with pytest.raises(UsageError, match=r"could not complete .* and --num_hosts=2: set"):
+        distributed.join_args(None, 2, None)
+
+
+def test_a_detection_that_hangs_is_given_up_after_the_timeout(monkeypatch):
+    import threading
+    import time
+
+    release = threading.Event()
+
+    class Hanging(clusters.ClusterEnv):
+        opt_in_only_method = False
+
+        @classmethod
+        def is_env_present(cls):
+            release.wait(30)  # a metadata request that never answers
+            return True
+
+    monkeypatch.setattr(clusters.ClusterEnv, "_cluster_types", [Hanging])
+    start = time.monotonic()
+    with pytest.raises(distributed.DetectionFailed, match=r"Hanging did not answer within 0.5 s"):
+        distributed.detect_cluster(timeout_s=0.5)
+    assert time.monotonic() - start < 5
+    release.set()

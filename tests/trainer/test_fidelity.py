@@ -606,6 +606,7 @@ OURS_ONLY = {
     "LAYER_SCAN_UNROLL": "nn.scan's unroll for repeated layers (Pax always loops)",
     "VOCAB_PAD_MULTIPLE": "tables padded so that `mdl` divides them (Pax split them unevenly)",
     "CPU_KERNELS": "the XLA:CPU-tuned forms of the same math, on where the backend is CPU",
+    "ATTENTION_KERNEL": "jax's splash flash-attention kernel on TPU: the same math in blocks",
 }
 
 # Differences that are not an attribute's value.

@@ -1,0 +1,239 @@
+"""Accelerator benchmark: the trainer's compiled step against the independent baseline, one chip.
+
+  python -m benchmarks.tpu_bench [--batch 8 16] [--remat full ...] [--attention auto xla]
+                                 [--steps N] [--json F] [--record] [--profile] [--dry-run]
+
+The model is Pax's 1B config (C4Spmd1BAdam4Replicas) cut to 6 layers, what one 16 GiB v5e chip
+holds with Adam's state: 6 × 2560, FFN 10240, 20 heads of 128, vocab 32000, seq 1024, 0.55B
+parameters, bf16 activations, synthetic tokens. Each trainer setting (batch × remat policy ×
+attention kernel) is compiled and timed as `python -m pax.main` runs it
+(pax.train.compiled_step), and benchmarks/baseline.py (no pax code: einsum attention, optax
+adamw) at the same batch and remat policy. MFU is against the chip's dense bf16 peak from its
+data sheet (pax.train.mfu); an 8192³ bf16 matmul measured in the same run is printed beside it.
+A setting that does not fit in memory is reported as such. --profile traces the first setting
+of the trainer and of the baseline and prints where each spends its time (benchmarks/profile.py).
+
+--dry-run runs all of it on CPU at a tiny size: it checks the script end to end (the splash
+kernel interpreted), and its figures say nothing about an accelerator.
+"""
+
+import argparse
+import gc
+import json
+import sys
+import time
+
+import jax
+import numpy as np
+
+from benchmarks import baseline, profile
+from benchmarks.bench import baseline_shape
+from pax.train import compiled_step, mfu
+from pax.train import state as state_lib
+
+EXPERIMENT = "tasks.lm.params.c4.C4Spmd1BAdam4Replicas"
+SHAPE = dict(NUM_LAYERS=6)  # 0.55B parameters: Adam's state and a batch of 16 fit 16 GiB
+DRY_RUN_SHAPE = dict(
+    NUM_LAYERS=1, MODEL_DIMS=256, HIDDEN_DIMS=1024, NUM_HEADS=2, SEQ_LEN=128, VOCAB_SIZE=512
+)
+# Targets on one v5e chip (docs/benchmarks.md), printed beside the figures.
+MFU_GOAL, RATIO_GOAL = 0.55, 1.00
+
+
+def _out_of_memory(err: Exception) -> bool:
+    return "RESOURCE_EXHAUSTED" in str(err) or "out of memory" in str(err).lower()
+
+
+def _synthetic_batches(vocab: int, batch: int, seq: int, n: int = 2) -> list:
+    rng = np.random.default_rng(0)
+    batches = []
+    for _ in range(n):
+        tokens = rng.integers(0, vocab, (batch, seq + 1), dtype=np.int32)
+        batches.append(
+            {
+                "inputs": tokens[:, :-1],
+                "targets": tokens[:, 1:],
+                "weights": np.ones((batch, seq), np.float32),
+            }
+        )
+    return batches
+
+
+def _timed(make, steps: int, flops: float, peak: float) -> dict:
+    """Build a step (compiles), warm it up, time `steps` steps; out of memory is a result."""
+    try:
+        start = time.perf_counter()
+        step = make()
+        step.interval(1)
+        compile_s = time.perf_counter() - start
+        step_s = step.interval(steps)
+        loss = float(step.losses[-1]) if hasattr(step, "losses") else float(step.loss)
+        memory = step.memory() if hasattr(step, "memory") else None
+        params = state_lib.num_params(step.abstract) if hasattr(step, "abstract") else None
+    except Exception as err:  # noqa: BLE001 - only running out of memory is a figure
+        if not _out_of_memory(err):
+            raise
+        return {"oom": str(err).strip().splitlines()[0][:300]}
+    finally:
+        step = None
+        gc.collect()
+    return {
+        "step_s": step_s,
+        "mfu": flops / step_s / peak,
+        "compile_and_first_step_s": compile_s,
+        "loss": loss,
+        **({"memory": memory, "params": params} if memory else {}),
+    }
+
+
+def measure(args) -> dict:
+    devices = jax.devices()[:1]
+    device = devices[0]
+    shape = DRY_RUN_SHAPE if args.dry_run else SHAPE
+    peak = mfu.peak_flops(devices, "bfloat16")
+    measured_peak = mfu.measure_matmul_peak("bfloat16", n=1024 if args.dry_run else 8192)
+    rows, info = [], {}
+    for batch in args.batch:
+        for remat in args.remat:
+
+            def experiment(attention, batch=batch, remat=remat):
+                return compiled_step.one_device(
+                    EXPERIMENT, batch, REMAT_POLICY=remat, ATTENTION_KERNEL=attention, **shape
+                )
+
+            cfg = experiment("xla").task().model
+            flops = mfu.flops_per_step(cfg, batch)
+            info = {
+                "model": {
+                    "experiment": EXPERIMENT,
+                    "overrides": shape,
+                    "layers": cfg.num_layers,
+                    "model_dims": cfg.model_dims,
+                    "hidden_dims": cfg.hidden_dims,
+                    "heads": cfg.num_heads,
+                    "seq": cfg.seq_len,
+                    "vocab": cfg.vocab_size,
+                },
+            }
+            row = {"batch": batch, "remat": remat, "flops_per_step": flops, "trainer": {}}
+            for attention in args.attention:
+                row["trainer"][attention] = _timed(
+                    lambda a=attention: compiled_step.CompiledStep(experiment(a), devices),
+                    args.steps,
+                    flops,
+                    peak["flops"],
+                )
+                print(_line(f"trainer {attention}", batch, remat, row["trainer"][attention]))
+            row["baseline"] = _timed(
+                lambda: baseline.Baseline(
+                    baseline_shape(cfg),
+                    _synthetic_batches(cfg.vocab_size, batch, cfg.seq_len),
+                ),
+                args.steps,
+                flops,
+                peak["flops"],
+            )
+            print(_line("baseline", batch, remat, row["baseline"]))
+            rows.append(row)
+    return {
+        "kind": "accelerator",
+        "machine": {
+            "device": f"{device.platform}: {device.device_kind}",
+            "devices_used": 1,
+            "jax": jax.__version__,
+            "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else None,
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "dry_run": args.dry_run,
+        },
+        **info,
+        "steps": args.steps,
+        "peak": peak,
+        "measured_matmul_flops": measured_peak,
+        "rows": rows,
+    }
+
+
+def _line(label: str, batch: int, remat: str, r: dict) -> str:
+    where = f"batch {batch:3d}  remat {remat:34s}"
+    if "oom" in r:
+        return f"{label:18s} {where} out of memory: {r['oom'][:120]}"
+    return (
+        f"{label:18s} {where} step {r['step_s'] * 1e3:8.1f} ms  MFU {100 * r['mfu']:5.1f}%  "
+        f"loss {r['loss']:.3f}  (compile + first step {r['compile_and_first_step_s']:.0f} s)"
+    )
+
+
+def summary(result: dict) -> str:
+    """Best MFU and trainer / baseline step time per (batch, remat), against the targets."""
+    lines, best = [], None
+    for row in result["rows"]:
+        base = row["baseline"]
+        for attention, r in row["trainer"].items():
+            if "oom" in r:
+                continue
+            if best is None or r["mfu"] > best[0]:
+                best = (r["mfu"], row["batch"], row["remat"], attention)
+            ratio = f"{r['step_s'] / base['step_s']:.3f}" if "oom" not in base else "n/a"
+            lines.append(
+                f"  batch {row['batch']:3d} remat {row['remat']:34s} attention {attention:6s} "
+                f"trainer / baseline {ratio} (target <= {RATIO_GOAL:.2f})"
+            )
+    if best:
+        lines.append(
+            f"best MFU {100 * best[0]:.1f}% (batch {best[1]}, remat {best[2]}, attention "
+            f"{best[3]}; target >= {100 * MFU_GOAL:.0f}% against the table peak)"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, nargs="+", default=[8, 16])
+    parser.add_argument("--remat", nargs="+", default=["full", "dots_with_no_batch_dims_saveable"])
+    parser.add_argument(
+        "--attention", nargs="+", default=["auto"], choices=("auto", "xla", "splash")
+    )
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per setting")
+    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny size: checks the script")
+    parser.add_argument("--profile", action="store_true", help="trace the first setting instead")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    device = jax.devices()[0]
+    if device.platform == "cpu" and not args.dry_run:
+        print(
+            "tpu_bench: error: no accelerator here (device 0 is cpu); run it on a TPU, or pass "
+            "--dry-run to check the script on CPU",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"tpu_bench: jax {jax.__version__}, {device.platform} ({device.device_kind})", flush=True)
+    if args.profile:
+        shape = DRY_RUN_SHAPE if args.dry_run else SHAPE
+        exp = compiled_step.one_device(
+            EXPERIMENT,
+            args.batch[0],
+            REMAT_POLICY=args.remat[0],
+            ATTENTION_KERNEL=args.attention[0],
+            **shape,
+        )
+        trainer = compiled_step.CompiledStep(exp, jax.devices()[:1])
+        cfg = trainer.run.task.model
+        mine = profile.op_times(trainer.compiled.as_text(), trainer.interval, args.steps)
+        trainer = None
+        gc.collect()
+        base = baseline.Baseline(
+            baseline_shape(cfg), _synthetic_batches(cfg.vocab_size, args.batch[0], cfg.seq_len)
+        )
+        theirs = profile.op_times(profile.loop_hlo(base), base.interval, args.steps)
+        print(profile.report(mine, theirs))
+        return 0
+    result = measure(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    print(summary(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
