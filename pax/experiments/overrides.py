@@ -7,6 +7,7 @@ values. The check is the one pax.experiments.base.resolve applies to class attri
 """
 
 import ast
+import shlex
 from typing import Optional
 
 from pax.errors import UsageError
@@ -49,7 +50,8 @@ def apply(experiment_cls: type, assignments: list[str]) -> type:
         except ValueError as e:
             example = getattr(experiment_cls, key)
             raise UsageError(
-                f"bad value for {key}: {value!r} {e} ({param.doc}); e.g. --set {key}={example!r}"
+                f"bad value for {key}: {value!r} {e} ({param.doc}); e.g. --set "
+                + shlex.quote(f"{key}={example!r}")
             ) from None
     if not updates:
         return experiment_cls

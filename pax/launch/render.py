@@ -138,7 +138,7 @@ def _gpu_hosts(exp: str, devices: int | None, per_host: int, hosts: int | None) 
         raise UsageError(
             f"{exp}'s mesh needs {devices} GPUs, not {hosts or 'a whole number of'}"
             f" hosts x {per_host}: use {fix}, or override the mesh with --set "
-            f"ICI_MESH_SHAPE=[...]"
+            f"'ICI_MESH_SHAPE=[...]'"
         )
     return devices // per_host
 
@@ -160,7 +160,7 @@ def _tpu_values(
         raise UsageError(
             f"{exp}'s mesh needs {devices} chips but {tpu} has {chips}: use "
             f"--tpu=v4-{2 * devices}, or override the mesh with --set "
-            f"ICI_MESH_SHAPE=[...]"
+            f"'ICI_MESH_SHAPE=[...]'"
         )
     if hosts is not None and hosts * CHIPS_PER_TPU_HOST != chips:
         raise UsageError(

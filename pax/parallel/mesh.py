@@ -65,7 +65,7 @@ def build_mesh(config: MeshConfig, devices: Optional[Sequence] = None) -> jax.sh
         raise UsageError(
             f"mesh {dict(zip(config.mesh_axis_names, shape))} needs {needed} devices but "
             f"{len(devices)} {devices[0].platform} device(s) are available; {fix}"
-            f"override the mesh, e.g. --set ICI_MESH_SHAPE=[{free}] (-1: the devices left over)"
+            f"override the mesh, e.g. --set 'ICI_MESH_SHAPE=[{free}]' (-1: the devices left over)"
         )
     dcn = config.dcn_mesh_shape
     ici = resolve(config, len(devices)).ici_mesh_shape

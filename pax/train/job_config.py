@@ -9,6 +9,7 @@ runs: they do not change what the checkpoints mean.
 
 import json
 import os
+import shlex
 
 from pax.errors import UsageError
 from pax.experiments import config as config_lib
@@ -43,6 +44,12 @@ def check(job_dir: str, config: dict) -> None:
             f"{path} is not JSON ({e}); it records what this job directory holds: restore it, "
             "or use a new --job_log_dir"
         ) from None
+    theirs, ours = written.get("experiment"), config.get("experiment")
+    if theirs != ours and isinstance(theirs, str):
+        raise UsageError(
+            f"{job_dir} holds a run of {theirs}, not {ours}; nothing was changed. Use a new "
+            f"--job_log_dir for {ours}, or resume that run with --exp={theirs}"
+        )
     differences = [
         d
         for d in _differences(written, as_written(config))
@@ -52,8 +59,7 @@ def check(job_dir: str, config: dict) -> None:
         return
     path_name, before, now = differences[0]
     more = f" (and {len(differences) - 1} more)" if len(differences) > 1 else ""
-    back = [_set_back(p, old) for p, old, _ in differences if old is not _ABSENT]
-    back = " ".join(b for b in back if b)
+    back = _sets_back(differences)
     was = "absent" if before is _ABSENT else json.dumps(before)
     raise UsageError(
         f"{job_dir} holds a run of another configuration: {path_name} is {was} "
@@ -99,15 +105,26 @@ def _resumable(path: str) -> bool:
     return path.rsplit(".", 1)[-1].lower() in RESUMABLE
 
 
-def _set_back(path: str, value) -> str:
-    """`--set NAME=VALUE` restoring a field when its name is a hyper-parameter's, else ''."""
-    name = path.rsplit(".", 1)[-1].upper()
-    if not hasattr(BaseExperiment, name):
-        return ""
+def _sets_back(differences) -> str:
+    """`--set NAME=VALUE ...` restoring the differing hyper-parameters, each once, quoted for the
+    shell. Only the task's own fields: `datasets` repeats what the task derives (the training
+    input's seed is SEED's), so their leaves would name the wrong hyper-parameter."""
+    values = {}
+    for path, old, _ in differences:
+        name = path.rsplit(".", 1)[-1].upper()
+        if path.startswith("task.") and old is not _ABSENT and hasattr(BaseExperiment, name):
+            values.setdefault(name, []).append(old)
+    return " ".join(
+        f"--set {shlex.quote(f'{name}={_literal(olds[0])}')}"
+        for name, olds in sorted(values.items())
+        if all(o == olds[0] for o in olds)
+    )
+
+
+def _literal(value) -> str:
+    """`value` as --set reads it back."""
     if isinstance(value, str) and value.isidentifier():
-        literal = value  # a bare word is a string to --set
-    elif isinstance(value, list):
-        literal = json.dumps(value, separators=(",", ":"))
-    else:
-        literal = repr(value)
-    return f"--set {name}={literal}"
+        return value  # a bare word is a string to --set
+    if isinstance(value, list):
+        return json.dumps(value, separators=(",", ":"))
+    return repr(value)

@@ -160,6 +160,26 @@ def _write_json(path: str, obj) -> None:
     os.replace(tmp, path)
 
 
+def check_job_dir(job_dir: str) -> None:
+    """UsageError when job_dir cannot be a job directory this user writes: a file is in the way,
+    or it (or the folder it would be made in) is not writable. pax.main asks first, so that this
+    is its one line, before anything is built or written."""
+    path = os.path.abspath(job_dir)
+    while not os.path.lexists(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        raise UsageError(
+            f"--job_log_dir={job_dir}: {path} is a file, not a directory; choose another "
+            "--job_log_dir"
+        )
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"cannot write the job directory {job_dir}: {path} is not writable by this user "
+            f"(uid {os.getuid()}); make it writable by uid {os.getuid()}, or choose another "
+            "--job_log_dir"
+        )
+
+
 def _evaluate(run: Run, place, variables) -> dict:
     """Token-weighted means over each eval split: EVAL_NUM_BATCHES fixed batches, or with
     EVAL_NUM_BATCHES=None the whole split once (Pax's reset_for_eval inputs, as its C4 runs)."""

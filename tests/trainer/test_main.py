@@ -72,6 +72,15 @@ def _main(*args, devices=1):
         ),
         (["--exp=LmCloudSpmdTiny", "--set=NUM_KV_HEADS=3"], "not a multiple of NUM_KV_HEADS=3"),
         (["--exp=LmCloudSpmdTiny", "--set=SEQ_LEN=1000000"], "fewer than SEQ_LEN+1"),
+        # Hints are quoted, so they paste into a shell as they are.
+        (
+            ["--exp=LmCloudSpmdTiny", "--set=ICI_MESH_SHAPE=abc"],
+            "e.g. --set 'ICI_MESH_SHAPE=(1, -1, 1)'",
+        ),
+        (
+            ["--exp=LmCloudSpmdTiny", "--set=ICI_MESH_SHAPE=[1,4,1]"],
+            "e.g. --set 'ICI_MESH_SHAPE=[1,-1,1]'",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
@@ -136,3 +145,46 @@ def test_a_weight_the_mesh_cannot_split_is_exit_2_naming_it_and_the_fix(tmp_path
     ), lines[0]
     assert "--set VOCAB_PAD_MULTIPLE=4" in lines[0]
     assert not job_dir.exists()
+
+
+def test_a_file_in_place_of_the_job_dir_is_one_line(tmp_path):
+    (tmp_path / "runs").write_text("not a folder")
+    result = _main("--exp=LmCloudSpmdTiny", f"--job_log_dir={tmp_path}/runs/tiny")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"pax: error: --job_log_dir={tmp_path}/runs/tiny: {tmp_path}/runs is a file, not a "
+        "directory; choose another --job_log_dir"
+    ]
+    assert (tmp_path / "runs").read_text() == "not a folder"
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """A folder this user cannot write in: a read-only tmpfs for root (who may write anywhere
+    else), a mode-555 folder for anyone else."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    if os.getuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)]
+    ).returncode:
+        pytest.skip("mounting a read-only tmpfs failed")
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_an_unwritable_job_dir_is_one_line(read_only):
+    # As an image run with `-v DIR:/out` where the image's user cannot write DIR.
+    result = _main("--exp=LmCloudSpmdTiny", f"--job_log_dir={read_only}/tiny")
+    assert result.returncode == 2, result.stderr
+    uid = os.getuid()
+    assert result.stderr.splitlines() == [
+        f"pax: error: cannot write the job directory {read_only}/tiny: {read_only} is not "
+        f"writable by this user (uid {uid}); make it writable by uid {uid}, or choose another "
+        "--job_log_dir"
+    ]
+    assert os.listdir(read_only) == []

@@ -21,7 +21,7 @@ import pytest
 
 from pax.checkpoint import manager
 from pax.errors import UsageError
-from pax.train import loop
+from pax.train import job_config, loop
 from tests.trainer.helpers import OTHER, Tiny, derive, read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -112,6 +112,29 @@ def test_config_json_differences_are_usage_errors(job, change, named, back):
         _train(job, derive(Tiny, **change))
     assert named in str(error.value) and str(error.value).endswith(back)
     assert _snapshot(job) == before
+
+
+def test_another_experiment_is_named_as_such(job):
+    before = _snapshot(job)
+    run = loop.prepare(Tiny(), devices=jax.devices()[:1])
+    with pytest.raises(UsageError) as error:
+        loop.train(run, str(job), "tests.Other")
+    assert str(error.value) == (
+        f"{job} holds a run of tests.Tiny, not tests.Other; nothing was changed. Use a new "
+        "--job_log_dir for tests.Other, or resume that run with --exp=tests.Tiny"
+    )
+    assert _snapshot(job) == before
+
+
+def test_the_sets_that_resume_a_run_are_each_named_once_and_quoted():
+    differences = [
+        ("task.train.seed", 1234, 7),
+        ("task.mesh.ici_mesh_shape", [1, -1, 1], [1, 4, 1]),
+        # The datasets repeat what the task derives: the eval input's seed is not SEED.
+        ("datasets[0].seed", 1234, 7),
+        ("datasets[1].seed", 0, 4321),
+    ]
+    assert job_config._sets_back(differences) == "--set 'ICI_MESH_SHAPE=[1,-1,1]' --set SEED=1234"
 
 
 def test_run_length_and_cadence_may_change_on_resume(job):
