@@ -190,7 +190,8 @@ def release(session: nox.Session) -> None:
 def readme(session: nox.Session) -> None:
     """Regenerate README's, CHANGELOG's, docs' generated blocks: `readme -- [--check]`."""
     with _errors(session, readme_blocks.ReadmeError):
-        check, extra = "--check" in session.posargs, [bench_table.block()]
+        check = "--check" in session.posargs
+        extra = [bench_table.block(), bench_table.accelerator_block()]
         doc_blocks.main(ROOT, check, extra=extra, log=session.log)
 
 

@@ -12,6 +12,10 @@ from pax.releases import readme
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_JSON = ROOT / "docs" / "bench.json"
 START, END = "<!-- bench-table:start -->", "<!-- bench-table:end -->"
+# benchmarks/tpu_bench.py's records (kind "accelerator") have a table of their own.
+ACCELERATOR = "accelerator"
+ACCEL_START = "<!-- accelerator-bench-table:start -->"
+ACCEL_END = "<!-- accelerator-bench-table:end -->"
 # Rows in this order; a record's key is (config name, dtype).
 CONFIG_ORDER = ("BenchLm", "LargeBenchLm", "SmallBenchLm")
 DTYPES = {"float32": "f32", "bfloat16": "bf16"}
@@ -87,7 +91,7 @@ def load(path: Path = BENCH_JSON) -> list[dict]:
 
 
 def recorded_table(path: Path = BENCH_JSON) -> str:
-    return render_table(load(path))
+    return render_table([r for r in load(path) if r.get("kind") != ACCELERATOR])
 
 
 PAGES = (ROOT / "README.md", ROOT / "docs" / "benchmarks.md")  # the files holding the table
@@ -101,8 +105,76 @@ def block(path: Path = BENCH_JSON) -> tuple[str, str, str]:
 def record(result: dict, path: Path = BENCH_JSON, readme_path: Path | None = None) -> None:
     """Store `result` in path (replacing the record of the same config and dtype) and rewrite
     the table's blocks (in readme_path, or in every page of PAGES) from the file."""
-    records = [r for r in load(path) if key(r) != key(result)] + [result]
-    path.write_text(json.dumps(sorted(records, key=key), indent=2) + "\n")
+    kept = [r for r in load(path) if r.get("kind") == ACCELERATOR or key(r) != key(result)]
+    _store([*kept, result], path)
     for page in [readme_path] if readme_path else [p for p in PAGES if p.is_file()]:
         text = page.read_text()
         page.write_text(readme.rewrite_text(text, recorded_table(path), page.name, START, END))
+
+
+def _store(records: list[dict], path: Path) -> None:
+    cpu = sorted((r for r in records if r.get("kind") != ACCELERATOR), key=key)
+    accelerator = sorted(
+        (r for r in records if r.get("kind") == ACCELERATOR), key=lambda r: r["machine"]["device"]
+    )
+    path.write_text(json.dumps(cpu + accelerator, indent=2) + "\n")
+
+
+def _setting(r: dict) -> str:
+    if "oom" in r:
+        return "out of memory"
+    return f"{r['step_s'] * 1e3:.0f} ms, MFU {100 * r['mfu']:.1f}%"
+
+
+def render_accelerator_table(records: list[dict]) -> str:
+    """Markdown for the tpu_bench records: one row per (device, batch, remat, attention)."""
+    if not records:
+        return "No accelerator run recorded yet: `python -m benchmarks.tpu_bench --record` on one."
+    lines = [
+        "| device | batch | remat | attention | trainer step | independent baseline | "
+        "trainer / baseline | measured |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for rec in records:
+        m, model = rec["machine"], rec["model"]
+        measured = f"{m['date']}, jax {m['jax']}, libtpu {m.get('libtpu') or '?'}"
+        for row in rec["rows"]:
+            base = row["baseline"]
+            for attention, r in row["trainer"].items():
+                ratio = (
+                    "—" if "oom" in r or "oom" in base else f"{r['step_s'] / base['step_s']:.3f}"
+                )
+                lines.append(
+                    f"| {m['device']} | {row['batch']} | {row['remat']} | {attention} | "
+                    f"{_setting(r)} | {_setting(base)} | {ratio} | {measured} |"
+                )
+        lines.append("")
+        lines.append(
+            f"Model: {model['layers']} × {model['model_dims']}, FFN {model['hidden_dims']}, "
+            f"{model['heads']} heads, seq {model['seq']}, vocab {model['vocab']} "
+            f"({model['experiment'].rsplit('.', 1)[-1]} with NUM_LAYERS={model['layers']}), "
+            f"bf16 activations, synthetic tokens, one chip, {rec['steps']} timed steps per "
+            f"setting; MFU against {rec['peak']['flops'] / 1e12:.0f} TFLOP/s "
+            f"({rec['peak']['source']}); an 8192³ bf16 matmul measured "
+            f"{rec['measured_matmul_flops'] / 1e12:.0f} TFLOP/s in the same run. Reproduce: "
+            f"`{rec['command']}`."
+        )
+    return "\n".join(lines).rstrip()
+
+
+def accelerator_block(path: Path = BENCH_JSON) -> tuple[str, str, str]:
+    records = [r for r in load(path) if r.get("kind") == ACCELERATOR]
+    return render_accelerator_table(records), ACCEL_START, ACCEL_END
+
+
+def record_accelerator(result: dict, path: Path = BENCH_JSON, pages=None) -> None:
+    """Store a tpu_bench result (replacing the record of the same device) and rewrite the
+    accelerator table's blocks in `pages` (default: those of PAGES that hold its markers)."""
+    device = result["machine"]["device"]
+    kept = [
+        r for r in load(path) if r.get("kind") != ACCELERATOR or r["machine"]["device"] != device
+    ]
+    _store([*kept, result], path)
+    text, start, end = accelerator_block(path)
+    for page in pages or [p for p in PAGES if p.is_file() and start in p.read_text()]:
+        page.write_text(readme.rewrite_text(page.read_text(), text, page.name, start, end))

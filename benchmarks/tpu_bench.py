@@ -19,6 +19,7 @@ kernel interpreted), and its figures say nothing about an accelerator.
 
 import argparse
 import gc
+import importlib.metadata
 import json
 import sys
 import time
@@ -28,6 +29,7 @@ import numpy as np
 
 from benchmarks import baseline, profile
 from benchmarks.bench import baseline_shape
+from benchmarks.table import BENCH_JSON, ROOT, record_accelerator
 from pax.train import compiled_step, mfu
 from pax.train import state as state_lib
 
@@ -38,6 +40,13 @@ DRY_RUN_SHAPE = dict(
 )
 # Targets on one v5e chip (docs/benchmarks.md), printed beside the figures.
 MFU_GOAL, RATIO_GOAL = 0.55, 1.00
+
+
+def _version(package: str):
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _out_of_memory(err: Exception) -> bool:
@@ -142,6 +151,7 @@ def measure(args) -> dict:
             "devices_used": 1,
             "jax": jax.__version__,
             "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else None,
+            "libtpu": _version("libtpu"),
             "date": time.strftime("%Y-%m-%d", time.gmtime()),
             "dry_run": args.dry_run,
         },
@@ -197,7 +207,27 @@ def main(argv=None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny size: checks the script")
     parser.add_argument("--profile", action="store_true", help="trace the first setting instead")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help=f"also store them in {BENCH_JSON.relative_to(ROOT)} (replacing the same device's) "
+        "and rewrite the accelerator table of README and docs/benchmarks.md",
+    )
+    parser.add_argument(
+        "--record-json",
+        metavar="FILE",
+        help="measure nothing: store what a run on an accelerator host wrote with --json "
+        "(copied back to this checkout) as --record would",
+    )
     args = parser.parse_args(argv)
+    if args.record_json:
+        with open(args.record_json) as f:
+            result = json.load(f)
+        if result.get("kind") != "accelerator" or result["machine"].get("dry_run"):
+            parser.error(f"{args.record_json} is not a tpu_bench result from an accelerator")
+        record_accelerator(result)
+        print(f"recorded {result['machine']['device']} in {BENCH_JSON.relative_to(ROOT)}")
+        return 0
     device = jax.devices()[0]
     if device.platform == "cpu" and not args.dry_run:
         print(
@@ -228,10 +258,18 @@ def main(argv=None) -> int:
         print(profile.report(mine, theirs))
         return 0
     result = measure(args)
+    shown = list(argv if argv is not None else sys.argv[1:])
+    if "--json" in shown:  # where this run's copy went is nobody else's business
+        del shown[shown.index("--json") : shown.index("--json") + 2]
+    shown = [a for a in shown if a != "--record" and not a.startswith("--json=")]
+    result["command"] = " ".join(["python -m benchmarks.tpu_bench", *shown])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
     print(summary(result))
+    if args.record and not args.dry_run:
+        record_accelerator(result)
+        print(f"recorded in {BENCH_JSON.relative_to(ROOT)}")
     return 0
 
 
