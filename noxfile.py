@@ -63,9 +63,14 @@ def _in_env(session: nox.Session, module: str, defaults=None, platform=True, or_
 
 @nox.session(venv_backend="none")
 def test(session: nox.Session) -> None:
-    """This checkout's tests on a release's pins (CPU env): `test -- [RELEASE] [--full] [ARGS]`."""
+    """This checkout's tests on a release's pins: `test -- [RELEASE] [PLATFORM] [--full] [ARGS]`;
+    on a TPU or GPU host, PLATFORM tpu|gpu runs the accelerator tier in that env, one process."""
     args = list(session.posargs)
-    env = _env(session, _release(session, args), "cpu")
+    release = _release(session, args)
+    platform = catalog.pop_platform(args)
+    env = _env(session, release, platform)
+    if platform != "cpu":  # one process holds the chip; the tier selects itself by its marker
+        args = ["-m", "accelerator", "-p", "no:xdist", *args]
     with _errors(session, RuntimeError):
         variables = test_runner.prepare(env, log=session.log)
     # Tests choose their own devices (conftest sets XLA_FLAGS before jax loads).

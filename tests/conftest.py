@@ -74,6 +74,10 @@ _STARTED = time.monotonic()
 
 def pytest_terminal_summary(terminalreporter, config):
     tier = "full (fast + slow)" if config.getoption("--full") else "fast"
+    if _accelerator_tier(sys.argv):
+        import jax
+
+        tier = f"accelerator on {jax.devices()[0].device_kind}"
     passed = len(terminalreporter.stats.get("passed", []))
     minutes = (time.monotonic() - _STARTED) / 60
     terminalreporter.write_line(
