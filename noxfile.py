@@ -57,7 +57,12 @@ def _in_env(session: nox.Session, module: str, defaults=None, platform=True, or_
     release = _release(session, args)
     env = _env(session, release, catalog.pop_platform(args) if platform else "cpu")
     args = runs.with_defaults(args, defaults) if defaults else args or list(or_args)
-    session.run(str(env.python), "-m", module, *args, env=env.session_env(), external=True)
+    command = [str(env.python), "-m", module, *args]
+    session.log(" ".join(command))
+    # The module's own exit status (2: bad input, 75: preempted), which nox would make 1.
+    if code := subprocess.call(command, env={**os.environ, **env.session_env()}):
+        session.log(f"{module}: exit {code}")
+        raise SystemExit(code)
     return args
 
 
