@@ -92,7 +92,8 @@ def _fmt(x: float | None) -> str:
 def _env(manifest: dict | None) -> tuple[str, str, str]:
     """(release, platform, lock) of a manifest, a segment of one or a reference's run entry."""
     manifest = manifest or {}
-    platform = manifest.get("platform") or (manifest.get("devices") or {}).get("platform") or "?"
+    # The devices' platform: a manifest's own top-level `platform` is the OS's.
+    platform = (manifest.get("devices") or {}).get("platform") or manifest.get("platform") or "?"
     return (
         str(manifest.get("release") or "?"),
         str(platform),

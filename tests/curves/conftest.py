@@ -100,6 +100,7 @@ def write_run(
                 "git_revision": "abc",
                 "headline_packages": {"jax": "0.10.2"},
                 "devices": {"platform": platform, "count": 1},
+                "platform": "Linux-6.1-x86_64-with-glibc2.36",  # the OS, as the trainer writes it
             }
         )
     )
