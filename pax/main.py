@@ -112,8 +112,6 @@ def main(argv):
         raise UsageError("--job_log_dir is required, e.g. --job_log_dir=runs/tiny")
     if _MODE.value in ("train", "eval"):  # the modes that write into it
         loop.check_job_dir(_JOB_LOG_DIR.value)
-    if _MODE.value in ("train", "eval"):  # the modes that write into it
-        loop.check_job_dir(_JOB_LOG_DIR.value)
     registered = registry.get(_EXP.value)
     name = registry.name_of(registered)
     # Flags that are hyper-parameters, applied like --set so config.json records them.
