@@ -249,14 +249,18 @@ def compare(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def references(session: nox.Session) -> None:
-    """Re-record a reference band, runs in the CPU env: `references -- [RELEASE] [--help]`."""
+    """Re-record a reference band: `references -- [RELEASE] [PLATFORM] [--help]` (tpu, gpu: the
+    band of that platform, in its env, shipped beside the CPU one)."""
     args = list(session.posargs)
     release = _release(session, args)
+    platform = catalog.pop_platform(args)
     with _errors(session, refs.CurvesError, prefix="references: "):
         parsed = refs.parse_args(args)
-        env = _env(session, release, "cpu")
+        env = _env(session, release, platform)
         run_env = {**os.environ, **env.session_env()}
-        ref = refs.record(env.python, run_env, release.version, parsed, log=session.log)
+        ref = refs.record(
+            env.python, run_env, release.version, parsed, log=session.log, platform=platform
+        )
     cal = ", ".join(f"{len(v)} {k}" for k, v in ref.calibration.items()) or "no calibration"
     session.log(f"references: wrote {ref.name} ({ref.n} seeds; {cal})")
 

@@ -18,7 +18,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pax.curves.compare import CANNOT_JUDGE, judge, judge_recorded, recorded_run
+from pax.curves.compare import (
+    CANNOT_JUDGE,
+    judge,
+    judge_recorded,
+    recorded_run,
+    run_platform,
+)
 from pax.curves.reference import load_reference, reference_for, reference_names
 from pax.curves.runs import CannotJudge, CurvesError, read_run
 
@@ -78,7 +84,8 @@ def _reference(name: str | None, run, required: bool):
             raise CurvesError("compare needs a reference; 'none' is only for plot")
         return None
     if name is None:
-        name = reference_for(run.experiment)
+        # The band recorded on the run's platform where one is shipped (rounding differs).
+        name = reference_for(run.experiment, run_platform(run))
         if name is None:
             if required:
                 raise CurvesError(

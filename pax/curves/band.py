@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pax.curves import CurvesError, faults
 from pax.curves import record as curves_record
-from pax.curves.reference import Reference, load_reference
+from pax.curves.reference import REFERENCES_DIR, Reference, load_reference, shipped_name
 from pax.curves.runs import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,12 +133,14 @@ def record(
     args: argparse.Namespace,
     log=print,
     root: Path = ROOT,
+    platform: str = "cpu",
 ) -> Reference:
     """Train the band's seeds, the held-out seeds and the broken runs with `python` (a release
-    env's) in `root` (the checkout), then write the reference."""
+    env's, for `platform`) in `root` (the checkout), then write the reference: a band recorded
+    on a TPU or GPU is shipped beside the CPU one as `<Experiment>.<platform>`."""
     experiment = args.exp
-    name = experiment.rsplit(".", 1)[-1]
-    out = args.out or ROOT / "pax" / "curves" / "references" / f"{name}.json"
+    name = shipped_name(experiment, platform)
+    out = args.out or REFERENCES_DIR / f"{name}.json"
     base = Path("runs") / "references" / name
     python = Path(python)
     walls = _previous_walls(out) if args.reuse else {}
@@ -160,7 +162,7 @@ def record(
             log(f"references: {job} took {wall:.0f} s")
         return curves_record.Recorded(root / job_dir, shlex.join([*shown, *flags]), wall)
 
-    train_cmd = ["./noxw", "-s", "train", "--", release, "cpu"]
+    train_cmd = ["./noxw", "-s", "train", "--", release, platform]
     seeds = [train(f"seed{s}", ["pax.main"], [f"--set=SEED={s}"], train_cmd) for s in args.seeds]
     held = [train(f"seed{s}", ["pax.main"], [f"--set=SEED={s}"], train_cmd) for s in args.held_out]
     # A reused broken run must be as long as asked: the seeds' length unless --fault-steps.
@@ -180,6 +182,7 @@ def record(
             "references",
             "--",
             release,
+            *([platform] if platform != "cpu" else []),
             f"--exp={experiment}",
             f"--seeds={','.join(map(str, args.seeds))}",
             f"--held-out={','.join(map(str, args.held_out)) or 'none'}",

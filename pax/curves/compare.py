@@ -101,6 +101,13 @@ def _env(manifest: dict | None) -> tuple[str, str, str]:
     )
 
 
+def run_platform(run: Run) -> str:
+    """The platform the run trained on last (its newest segment's devices), "cpu" if unsaid."""
+    segments = history.segments(run.manifest) or [run.manifest]
+    platform = _env(segments[-1])[1]
+    return "cpu" if platform == "?" else platform
+
+
 def _env_text(envs: list[tuple[str, str, str]]) -> str:
     return "; ".join(f"release {r} {p} (lock {lock})" for r, p, lock in sorted(set(envs)))
 

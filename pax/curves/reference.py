@@ -372,8 +372,15 @@ def _rounded(x) -> str:
 
 
 def reference_names() -> list[str]:
-    """The references shipped with the package."""
+    """The references shipped with the package: `<Experiment>` (recorded on CPU) and
+    `<Experiment>.<platform>` (the same experiment's band recorded on a TPU or GPU)."""
     return sorted(p.stem for p in REFERENCES_DIR.glob("*.json"))
+
+
+def shipped_name(experiment: str, platform: str = "cpu") -> str:
+    """The shipped reference's name for an experiment's band on a platform."""
+    short = experiment.rsplit(".", 1)[-1]
+    return short if platform == "cpu" else f"{short}.{platform}"
 
 
 def load_reference(name: str | Path) -> Reference:
@@ -384,8 +391,10 @@ def load_reference(name: str | Path) -> Reference:
     if text.endswith(".json") or "/" in text or path.is_file():
         where = text
     else:
-        short = text.rsplit(".", 1)[-1]
         names = reference_names()
+        # A dotted experiment name stands for its short one; a platform's band is named
+        # `<Experiment>.<platform>` already.
+        short = text if text in names else text.rsplit(".", 1)[-1]
         if short not in names:
             raise CurvesError(
                 f"unknown reference {text!r}; shipped: "
@@ -404,9 +413,13 @@ def load_reference(name: str | Path) -> Reference:
     return Reference.from_json(data, where)
 
 
-def reference_for(experiment: str | None) -> str | None:
-    """The shipped reference for a run's experiment, if there is one."""
+def reference_for(experiment: str | None, platform: str = "cpu") -> str | None:
+    """The shipped reference for a run's experiment: the band recorded on the run's platform
+    where one is shipped, else the CPU one, else None."""
     if not experiment:
         return None
-    short = experiment.rsplit(".", 1)[-1]
-    return short if short in reference_names() else None
+    names = reference_names()
+    for name in (shipped_name(experiment, platform), shipped_name(experiment)):
+        if name in names:
+            return name
+    return None

@@ -17,7 +17,8 @@ def test_tiny_reference_is_shipped():
 def test_shipped_reference_is_well_formed_and_falls(name):
     ref = load_reference(name)  # recomputes the checks from the runs; refuses a mismatch
     data = json.loads((REFERENCES_DIR / f"{name}.json").read_text())
-    assert ref.experiment.rsplit(".", 1)[-1] == name
+    experiment, _, platform = name.partition(".")  # `<Experiment>[.<platform>]`
+    assert ref.experiment.rsplit(".", 1)[-1] == experiment
     assert len(set(ref.seeds())) == ref.n >= 3
     assert data["recorded_by"].startswith("./noxw -s references")
     for run in data["runs"]:
@@ -25,6 +26,7 @@ def test_shipped_reference_is_well_formed_and_falls(name):
         assert f"--set=SEED={run['seed']}" in run["command"]
         assert len(run["lock_sha256"]) == 64 and run["release"]
         assert run["lockfile"].startswith("releases/")
+        assert run["devices"]["platform"] == (platform or "cpu")  # recorded where it says
     assert ref.config["task.optimizer.learning_rate"] > 0
     windows = [s for s in ref.stats if s.check.split == "train"]
     evals = [s for s in ref.stats if s.check.split.startswith("eval")]
