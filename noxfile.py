@@ -267,8 +267,13 @@ def references(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def aot(session: nox.Session) -> None:
-    """Compile experiments for their full mesh on virtual CPUs: `aot -- [RELEASE] [EXP ...]`."""
-    _in_env(session, "pax.aot", platform=False)
+    """Plan memory with the TPU compiler, no TPU needed: `aot -- [RELEASE] [EXP ...] [--tpu v5e]`.
+
+    Runs in the release's tpu env, whose libtpu compiles for a TPU topology on this CPU
+    (`--cpu`: XLA:CPU's upper bound on virtual CPU devices instead)."""
+    args = list(session.posargs)
+    env = _env(session, _release(session, args), "tpu")
+    session.run(str(env.python), "-m", "pax.aot", *args, env=env.session_env(), external=True)
 
 
 @nox.session(venv_backend="none")

@@ -53,6 +53,15 @@ def _kernel(groups: int, length: int, cap: float, block: int, interpret: bool):
         )
 
 
+def _for_tpu(mesh) -> bool:
+    """Whether the kernel is compiled for TPU cores rather than interpreted: the mesh's devices
+    say (a TPU topology's devices when pax.aot compiles for TPU from a CPU host), else the
+    default backend."""
+    if mesh is not None:
+        return mesh.devices.flat[0].platform == "tpu"
+    return jax.default_backend() == "tpu"
+
+
 def attend(q, k, v, segment_ids, cap: float, mesh=None, rules=sharding.LOGICAL_AXIS_RULES):
     """Causal softmax attention of scaled queries q (batch, t, group, kv_heads, dims) over k, v
     (batch, t, kv_heads, dims); with segment ids (batch, t), only within a query's segment.
@@ -61,7 +70,7 @@ def attend(q, k, v, segment_ids, cap: float, mesh=None, rules=sharding.LOGICAL_A
     Pallas kernel is opaque to XLA's partitioner, which would otherwise gather all of them.
     """
     b, t, g, n, d = q.shape
-    kernel = _kernel(g, t, float(cap), BLOCK, jax.default_backend() != "tpu")
+    kernel = _kernel(g, t, float(cap), BLOCK, not _for_tpu(mesh))
 
     def local(q, k, v, segments):
         def one_head(q, k, v, ids):  # q (g, t, d), k and v (t, d), ids (t,)
