@@ -128,15 +128,20 @@ def op_times(hlo: str, interval, steps: int) -> Profile:
     groups, ops = collections.defaultdict(lambda: [0.0, 0]), collections.Counter()
     for plane in profile.planes:
         for line in plane.lines:
+            if line.name == "Async XLA Ops":  # a TPU's copies again, overlapping the ops line
+                continue
             for event in line.events:
-                if event.name in described:
-                    kind, op_name, shape = described[event.name]
+                # XLA:CPU names an op's event by its instruction; a TPU by the instruction's
+                # whole HLO text, "%fusion.3 = bf16[...] fusion(...)".
+                name = event.name[1:].split(" ", 1)[0] if event.name[:1] == "%" else event.name
+                if name in described:
+                    kind, op_name, shape = described[name]
                     phase, code = source(op_name)
                     ms = event.duration_ns / 1e6 / steps
                     group = groups[(phase, kind, code)]
                     group[0] += ms
                     group[1] += 1 / steps
-                    ops[(phase, kind, code, event.name, shape)] += ms
+                    ops[(phase, kind, code, name, shape)] += ms
     return Profile(dict(groups), dict(ops), wall_ms)
 
 

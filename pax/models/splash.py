@@ -10,8 +10,6 @@ It masks by index (causal) and segment ids, where the XLA form masks by position
 for training inputs, whose positions count up from each segment's start.
 """
 
-import functools
-
 import jax
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.sharding import PartitionSpec as P
@@ -30,7 +28,6 @@ def usable(length: int) -> bool:
     return length % LANES == 0
 
 
-@functools.cache
 def _kernel(groups: int, length: int, cap: float, block: int, interpret: bool):
     """One kv head's kernel: `groups` query heads over one key and value head (MQA form)."""
     block = next(b for b in (block, 256, LANES) if length % b == 0 and b <= length)
@@ -45,8 +42,9 @@ def _kernel(groups: int, length: int, cap: float, block: int, interpret: bool):
         block_kv_dq=block,
     )
     mask = splash.MultiHeadMask([splash.CausalMask((length, length))] * groups)
-    # The kernel holds its mask's block tables as arrays: made concrete, not as values of
-    # whichever trace first asks for the kernel, so the cached kernel serves every trace.
+    # The kernel holds its mask's block tables as arrays, made concrete here. It is built
+    # anew in each trace (its tables come from splash's own cache of processed masks): a
+    # kernel kept from one trace and called in another leaked that trace's values on a TPU.
     with jax.ensure_compile_time_eval():
         return splash.make_splash_mqa_single_device(
             mask, block_sizes=sizes, attn_logits_soft_cap=cap or None, interpret=interpret

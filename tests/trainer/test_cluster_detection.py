@@ -161,10 +161,9 @@ def test_two_slurm_tasks_join_without_flags(tmp_path):
 
 def _tpu_host_without_metadata(monkeypatch, hostnames: str):
     """A TPU host (or GKE pod) whose worker variables are set and whose metadata server is not
-    there: jax's own metadata lookup is pointed at a closed local port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = f"127.0.0.1:{s.getsockname()[1]}"
+    there: jax's own metadata lookup is pointed at the discard port of this host, where
+    nothing listens (and which a host without loopback networking cannot reach either)."""
+    closed = "127.0.0.1:9"
     monkeypatch.setattr(cloud_tpu_cluster, "running_in_cloud_tpu_vm", True)
     monkeypatch.setenv("TPU_WORKER_HOSTNAMES", hostnames)
     monkeypatch.setenv("TPU_WORKER_ID", "0")
@@ -172,6 +171,7 @@ def _tpu_host_without_metadata(monkeypatch, hostnames: str):
     monkeypatch.setenv("GCE_METADATA_IP", closed)
 
 
+@pytest.mark.accelerator
 def test_a_single_tpu_host_without_metadata_runs_alone_with_one_warning(monkeypatch, caplog):
     _tpu_host_without_metadata(monkeypatch, "localhost")
     # jax itself fails here: it asks the metadata server for MEGASCALE_NUM_SLICES (with
@@ -187,6 +187,7 @@ def test_a_single_tpu_host_without_metadata_runs_alone_with_one_warning(monkeypa
     assert line.endswith("running on this host alone")
 
 
+@pytest.mark.accelerator
 def test_several_tpu_hosts_without_metadata_is_a_usage_error_naming_what_to_set(monkeypatch):
     _tpu_host_without_metadata(monkeypatch, "w-0,w-1,w-2,w-3")
     with pytest.raises(UsageError) as err:
@@ -200,12 +201,14 @@ def test_several_tpu_hosts_without_metadata_is_a_usage_error_naming_what_to_set(
     assert distributed.join_args(None, 1, None) == ("GkeTpuCluster", {})
 
 
+@pytest.mark.accelerator
 def test_num_hosts_on_an_undetectable_host_is_a_usage_error(monkeypatch):
     _tpu_host_without_metadata(monkeypatch, "localhost")
     with pytest.raises(UsageError, match=r"could not complete .* and --num_hosts=2: set"):
         distributed.join_args(None, 2, None)
 
 
+@pytest.mark.accelerator
 def test_a_detection_that_hangs_is_given_up_after_the_timeout(monkeypatch):
     import threading
     import time
