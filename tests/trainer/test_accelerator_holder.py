@@ -13,7 +13,7 @@ import pytest
 from pax.errors import UsageError
 from pax.parallel import accelerator
 
-pytestmark = pytest.mark.accelerator  # what a TPU host meets; the real holder skips there
+pytestmark = pytest.mark.accelerator  # what a TPU host meets
 
 # What libtpu 0.0.42.1 raised through jax on a v5e host while another process held the chip.
 LIBTPU_REFUSAL = (
@@ -62,15 +62,13 @@ def test_a_holder_this_user_cannot_see_gets_the_command_that_finds_it(tmp_path):
 _HOLD = "import sys, time; f = open(sys.argv[1], 'w'); print('ok', flush=True); time.sleep(60)"
 
 
-def test_a_real_process_holding_the_lockfile_is_found():
-    """A real holder: a child process with libtpu's lockfile path open (a stand-in file is
-    linked there only if nothing uses that path on this machine)."""
-    if os.path.exists(accelerator.LIBTPU_LOCKFILE):
-        pytest.skip(f"{accelerator.LIBTPU_LOCKFILE} exists here: a real TPU host")
+def test_a_real_process_holding_the_lockfile_is_found(tmp_path, monkeypatch):
+    """A real holder: a child process with the lockfile open, found through this machine's
+    /proc (the lockfile's path is the test's own, so a TPU host's real one is left alone)."""
+    lockfile = str(tmp_path / "libtpu_lockfile")
+    monkeypatch.setattr(accelerator, "LIBTPU_LOCKFILE", lockfile)
     child = subprocess.Popen(
-        [sys.executable, "-c", _HOLD, accelerator.LIBTPU_LOCKFILE],
-        stdout=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-c", _HOLD, lockfile], stdout=subprocess.PIPE, text=True
     )
     try:
         assert child.stdout.readline().strip() == "ok"
@@ -79,7 +77,6 @@ def test_a_real_process_holding_the_lockfile_is_found():
     finally:
         child.kill()
         child.wait()
-        os.unlink(accelerator.LIBTPU_LOCKFILE)
 
 
 def test_claim_turns_the_refusal_into_a_usage_error(monkeypatch):
