@@ -70,19 +70,10 @@ def test_the_cpu_env_falls_back_to_xla_cpu_and_says_so(tmp_path):
 @pytest.mark.slow
 @needs_libtpu
 def test_the_tpu_compiler_plans_the_tiny_experiment_for_one_v5e_chip(tmp_path):
-    # XLA attention: splash's kernel at the tiny's length 128 leaks a tracer when built for a
-    # TPU topology from this CPU host (the reference lengths, 1024 and 2048, compile).
-    rows, result = _aot(
-        tmp_path / "aot.json",
-        TINY,
-        "--tpu",
-        "v5e",
-        "--set",
-        "ATTENTION_KERNEL=xla",
-        python=TPU_PYTHON,
-    )
+    # Compiled for a TPU, attention is the splash kernel (ATTENTION_KERNEL=auto), as on a chip.
+    rows, result = _aot(tmp_path / "aot.json", TINY, "--tpu", "v5e", python=TPU_PYTHON)
     row = _one(rows)
-    assert row["attention"] == "xla"
+    assert row["attention"] == "splash"
     assert row["compiler"].startswith("TPU (libtpu ")
     assert row["target"] == {
         "generation": "TPU v5e",
