@@ -233,3 +233,42 @@ def test_aot_table_rows():
         "| X | 2.88B | spmd: stage 4, data 4 | v4-32 (16) | XLA:CPU (upper bound) | splash | "
         "34.0 GiB | 32.0 GiB | not by this plan | 29 s |"
     )
+
+
+def test_the_recorded_tpu_plans_are_the_memory_the_chip_reported():
+    """docs/aot.json's one-chip v5e plans (the TPU compiler run on a CPU host) against the
+    memory the compiled step reported on a v5e chip for the same settings (docs/bench.json,
+    benchmarks/tpu_bench.py): within 10%, temporaries and the whole plan alike. A plan the
+    compiler accepted trained there, whatever its sum."""
+    with open(os.path.join(ROOT, "docs", "aot.json")) as f:
+        plans = [r for r in json.load(f) if r["compiler"].startswith("TPU") and r["devices"] == 1]
+    with open(os.path.join(ROOT, "docs", "bench.json")) as f:
+        (chip,) = [r for r in json.load(f) if r.get("kind") == "accelerator"]
+    layers = f"NUM_LAYERS={chip['model']['layers']}"
+    compared = 0
+    for row in chip["rows"]:
+        measured = row["trainer"].get("splash", {}).get("memory")
+        plan = next(
+            (
+                p
+                for p in plans
+                if layers in p["sets"]
+                and p["global_batch"] == row["batch"]
+                and p["remat"] == row["remat"]
+                and p["attention"] == "splash"
+            ),
+            None,
+        )
+        if plan is None or measured is None:
+            continue
+        whole = (
+            measured["arguments"]
+            + measured["outputs"]
+            - measured["aliased"]
+            + measured["temporaries"]
+        )
+        assert plan["temp_bytes"] == pytest.approx(measured["temporaries"], rel=0.10)
+        assert plan["per_device_bytes"] == pytest.approx(whole, rel=0.10)
+        assert plan["fits"] and plan["compile_error"] is None
+        compared += 1
+    assert compared >= 2, "docs/aot.json and docs/bench.json share fewer than two settings"
