@@ -75,7 +75,7 @@ def test(session: nox.Session) -> None:
     platform = catalog.pop_platform(args)
     env = _env(session, release, platform)
     if platform != "cpu":  # one process holds the chip; the tier selects itself by its marker
-        args = ["-m", "accelerator", "-p", "no:xdist", *args]
+        args = ["-m", "accelerator", "--full", "-p", "no:xdist", *args]
     with _errors(session, RuntimeError):
         variables = test_runner.prepare(env, log=session.log)
     # Tests choose their own devices (conftest sets XLA_FLAGS before jax loads).

@@ -171,6 +171,9 @@ def test_cached_decoding_equals_recomputation_on_the_device():
             np.testing.assert_array_equal(new, expected.argmax(-1))
 
 
+# Slow tier on CPU, where tests/trainer/test_train.py's meshes make the same claim in the fast
+# one; on an accelerator host the tier runs with --full (./noxw -s test -- RELEASE tpu).
+@pytest.mark.slow
 def test_a_mesh_over_every_device_trains_as_one_device(tmp_path):
     devices = jax.devices()
     if len(devices) < 2:

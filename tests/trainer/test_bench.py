@@ -296,6 +296,8 @@ def test_gpu_bench_without_a_gpu_says_so_and_exits_2(capsys):
     assert len(err) == 1 and "no GPU here" in err[0] and "--dry-run" in err[0]
 
 
+# Slow tier: two compiles of each loop; the fast tier checks the recorded run's table.
+@pytest.mark.slow
 def test_the_accelerator_bench_checks_itself_end_to_end_on_cpu(capsys):
     """tpu_bench --dry-run: the trainer's compiled step (XLA and the interpreted splash kernel)
     and the baseline at a tiny size, with the summary against the targets; without --dry-run
