@@ -33,18 +33,9 @@ MFU_GOAL, FP8_SPEEDUP_GOAL = 0.55, 1.4
 
 def measure_baseline(cfg, batch: int, steps: int, peak_flops: float) -> dict:
     """The independent baseline at cfg's shapes on the default device, synthetic tokens."""
-    rng = np.random.default_rng(0)
-    batches = []
-    for _ in range(2):
-        tokens = rng.integers(0, cfg.vocab_size, (batch, cfg.seq_len + 1), dtype=np.int32)
-        batches.append(
-            {
-                "inputs": tokens[:, :-1],
-                "targets": tokens[:, 1:],
-                "weights": np.ones((batch, cfg.seq_len), np.float32),
-            }
-        )
-    run = baseline.Baseline(baseline_shape(cfg), batches)
+    run = baseline.Baseline(
+        baseline_shape(cfg), baseline.synthetic_batches(cfg.vocab_size, batch, cfg.seq_len)
+    )
     start = time.perf_counter()
     run.interval(1)  # compiles
     compile_s = time.perf_counter() - start

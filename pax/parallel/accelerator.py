@@ -7,7 +7,6 @@ chip's device files (/dev/accel*, /dev/vfio/*) or libtpu's lockfile open.
 """
 
 import os
-import re
 from typing import Optional
 
 import jax
@@ -51,9 +50,6 @@ def held_message(error: str, proc: str = "/proc") -> Optional[str]:
     if not any(marker in error.lower() for marker in _HELD):
         return None
     found = holders(proc)
-    if not found:
-        said = re.search(r"\bpid\s*[:=]?\s*(\d+)", error)
-        found = [(int(said.group(1)), "")] if said else []
     if not found:
         return (
             "the TPU is held by another process (libtpu admits one per host) that this user "
