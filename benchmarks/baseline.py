@@ -14,7 +14,6 @@ import time
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 # Which intermediate values a rematerialized block keeps (jax's policies): "full" keeps none.
@@ -74,23 +73,6 @@ class Lm(nn.Module):
         for _ in range(s.layers):
             x = block(s)(x)
         return embed.attend(nn.LayerNorm(dtype=dt)(x)).astype(jnp.float32)
-
-
-def synthetic_batches(vocab: int, batch: int, seq: int, n: int = 2) -> list:
-    """`n` batches of uniformly random tokens, every position weighted: the accelerator
-    benchmarks' input, where the step's speed does not depend on the text."""
-    rng = np.random.default_rng(0)
-    batches = []
-    for _ in range(n):
-        tokens = rng.integers(0, vocab, (batch, seq + 1), dtype=np.int32)
-        batches.append(
-            {
-                "inputs": tokens[:, :-1],
-                "targets": tokens[:, 1:],
-                "weights": np.ones((batch, seq), np.float32),
-            }
-        )
-    return batches
 
 
 class Baseline:

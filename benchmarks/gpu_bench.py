@@ -23,6 +23,7 @@ import numpy as np
 
 from benchmarks import baseline
 from benchmarks.bench import baseline_shape
+from benchmarks.tpu_bench import synthetic_batches
 from pax.train import fp8_check, mfu
 
 GPU_EXPERIMENT = "tasks.lm.params.c4.C4Spmd1BAdam4Replicas"
@@ -34,7 +35,7 @@ MFU_GOAL, FP8_SPEEDUP_GOAL = 0.55, 1.4
 def measure_baseline(cfg, batch: int, steps: int, peak_flops: float) -> dict:
     """The independent baseline at cfg's shapes on the default device, synthetic tokens."""
     run = baseline.Baseline(
-        baseline_shape(cfg), baseline.synthetic_batches(cfg.vocab_size, batch, cfg.seq_len)
+        baseline_shape(cfg), synthetic_batches(cfg.vocab_size, batch, cfg.seq_len)
     )
     start = time.perf_counter()
     run.interval(1)  # compiles
