@@ -14,8 +14,9 @@ from pathlib import Path
 
 import nox
 
-ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent)
+)  # the packages below, run here in the tools venv
 
 from benchmarks import table as bench_table
 from pax.bisect import cli as bisect_cli
@@ -24,12 +25,15 @@ from pax.docs import blocks as doc_blocks
 from pax.environments import runs, test_runner, venv
 from pax.images import cli as images_cli
 from pax.launch import render as launch
+from pax.paths import ROOT
 from pax.releases import catalog, cut
 from pax.releases import compile as locks
 from pax.releases import diff as lock_diff
 from pax.releases import readme as readme_blocks
 
 nox.options.sessions = ["test"]
+# Every session runs in a venv this project makes itself (the tools venv, a pinned release env).
+nox.options.default_venv_backend = "none"
 
 
 @contextlib.contextmanager
@@ -66,7 +70,7 @@ def _in_env(session: nox.Session, module: str, defaults=None, platform=True, or_
     return args
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def test(session: nox.Session) -> None:
     """This checkout's tests on a release's pins: `test -- [RELEASE] [PLATFORM] [--full] [ARGS]`;
     on a TPU or GPU host, PLATFORM tpu|gpu runs the accelerator tier in that env, one process."""
@@ -84,20 +88,20 @@ def test(session: nox.Session) -> None:
     session.run(str(env.python), "-m", "pytest", *args, env=variables, external=True)
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def train(session: nox.Session) -> None:
     """Train the tiny LM: `train -- [RELEASE] [PLATFORM] [--exp=... --job_log_dir=... ...]`."""
     for line in runs.job_report(_in_env(session, "pax.main", runs.TINY), ROOT):
         session.log(line)
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def decode(session: nox.Session) -> None:
     """Continue prompts from runs/tiny's checkpoint: `decode -- [RELEASE] [PLATFORM] [--prompt=T]`."""
     _in_env(session, "pax.main", {**runs.TINY, "--mode": "decode_once"})
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def env(session: nox.Session) -> None:
     """A release env's identity and drift, as a run started by hand sees it: `env -- [R] [P] [--json]`."""
     args = list(session.posargs)
@@ -106,7 +110,7 @@ def env(session: nox.Session) -> None:
     session.run(python, "-m", "pax", "env", *args, env={"PYTHONPATH": str(ROOT)}, external=True)
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def lock(session: nox.Session) -> None:
     """Recompile lockfiles: `lock -- RELEASE|nightly|tools [PLATFORM...]`."""
     with _errors(session, locks.LockUsage, catalog.UnknownRelease, RuntimeError):
@@ -118,31 +122,31 @@ def _images(session: nox.Session, command: str, usage: str) -> None:
         session.log(f"{command}: {images_cli.run_command(command, session.posargs, usage)}")
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def build(session: nox.Session) -> None:
     """Build pax:RELEASE-PLATFORM from the release's source: `build -- RELEASE tpu|gpu [--dev]`."""
     _images(session, "build", "RELEASE tpu|gpu [--dev] [--base-image IMAGE]")
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def verify(session: nox.Session) -> None:
     """Build twice from scratch, compare image IDs, check provenance: `verify -- RELEASE PLATFORM`."""
     _images(session, "verify", "RELEASE tpu|gpu [--dev] [--base-image IMAGE]")
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def smoke(session: nox.Session) -> None:
     """Train the tiny LM in the image offline and check its job dir: `smoke -- RELEASE PLATFORM`."""
     _images(session, "smoke", "RELEASE tpu|gpu [--dev] [--steps N] [--keep DIR]")
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def publish(session: nox.Session) -> None:
     """Push a candidate, verify it pulled back, then move the tags: `publish -- RELEASE PLATFORM ...`."""
     _images(session, "publish", "RELEASE tpu|gpu [--dev] --registry HOST:PORT [--key PEM]")
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def check(session: nox.Session) -> None:
     """Check a published image from the registry alone: `check -- REGISTRY/pax:X-P --key PUB.pem`."""
     with _errors(session, images_cli.ImageError):
@@ -153,28 +157,28 @@ def check(session: nox.Session) -> None:
         session.log(f"check: {images_cli.run(['check', *session.posargs])}")
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def cluster(session: nox.Session) -> None:
     """JobSet or Slurm script for the images: `cluster -- RELEASE tpu|gpu|slurm --exp=NAME [-o F]`."""
     if launch.main(list(session.posargs)):
         session.error("cluster: nothing written")
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def diff(session: nox.Session) -> None:
     """Diff two locks: `diff -- A B [--platform cpu] [--json]` (release, path or GITREV:path)."""
     if code := lock_diff.main(list(session.posargs)):
         session.error(f"diff: exit {code}")
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def bisect(session: nox.Session) -> None:
     """Find the package change that breaks a command: `bisect -- --good A --bad B -- COMMAND...`."""
     if code := bisect_cli.main(list(session.posargs)):
         session.error(f"bisect: exit {code}")
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def release(session: nox.Session) -> None:
     """Cut a release (locks, tests, commits, rX.Y.Z, vX.Y.Z, image IDs): `release -- X.Y.Z
     [--recreate | --record-images [PLATFORM...]]`."""
@@ -196,7 +200,7 @@ def release(session: nox.Session) -> None:
         cut.cut_from_args(args, ROOT, log=session.log, record_images=record)
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def readme(session: nox.Session) -> None:
     """Regenerate README's, CHANGELOG's, docs' generated blocks: `readme -- [--check]`."""
     with _errors(session, readme_blocks.ReadmeError):
@@ -205,19 +209,19 @@ def readme(session: nox.Session) -> None:
         doc_blocks.main(ROOT, check, extra=extra, log=session.log)
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def bench(session: nox.Session) -> None:
     """Trainer, its model in a minimal loop, an independent baseline: `bench -- [RELEASE] [--help]`."""
     _in_env(session, "benchmarks.bench", platform=False)
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def bench_c4(session: nox.Session) -> None:
     """C4 input tokens/s vs the trainer's needs: `bench_c4 -- [RELEASE] [--data_dir D] [--json F]`."""
     _in_env(session, "benchmarks.c4_input", platform=False)
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def data(session: nox.Session) -> None:
     """C4 data commands: `data -- [RELEASE] sample|spm|inspect ...` (python -m pax.data)."""
     _in_env(session, "pax.data", platform=False, or_args=["--help"])
@@ -235,19 +239,19 @@ def _curves(session: nox.Session, command: str, usage: str, its_exit: bool = Fal
         raise SystemExit(code)  # nox makes every failure 1; scripts and bisect tell 1, 2, 125 apart
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def plot(session: nox.Session) -> None:
     """Draw runs' loss and log-perplexity: `plot -- JOB_DIR... [--out F.png] [--reference NAME]`."""
     _curves(session, "plot", "JOB_DIR... [--out F.png] [--reference NAME]")
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def compare(session: nox.Session) -> None:
     """Judge a run by its reference band (exit 0 in, 1 out, 125 cannot judge): `compare -- JOB_DIR`."""
     _curves(session, "compare", "JOB_DIR [--reference NAME]", its_exit=True)
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def references(session: nox.Session) -> None:
     """Re-record a reference band: `references -- [RELEASE] [PLATFORM] [--help]` (tpu, gpu: the
     band of that platform, in its env, shipped beside the CPU one)."""
@@ -265,7 +269,7 @@ def references(session: nox.Session) -> None:
     session.log(f"references: wrote {ref.name} ({ref.n} seeds; {cal})")
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def aot(session: nox.Session) -> None:
     """Plan memory with the TPU compiler, no TPU needed: `aot -- [RELEASE] [EXP ...] [--tpu v5e]`.
 
@@ -276,7 +280,7 @@ def aot(session: nox.Session) -> None:
     session.run(str(env.python), "-m", "pax.aot", *args, env=env.session_env(), external=True)
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def tutorial(session: nox.Session) -> None:
     """Run docs/tutorial.ipynb in a release's CPU env, storing its outputs: `tutorial -- [RELEASE]`."""
     env = _env(session, _release(session, list(session.posargs)), "cpu")
@@ -287,7 +291,7 @@ def tutorial(session: nox.Session) -> None:
     session.run(*execute, ROOT / "docs" / "tutorial.ipynb", env=run_env, external=True)
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff format --check and ruff check (pinned in tools.txt): `lint -- [--fix]` rewrites."""
     ruff, fix = Path(sys.executable).parent / "ruff", "--fix" in session.posargs

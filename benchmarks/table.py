@@ -7,9 +7,9 @@ and tests/docs check that the committed blocks equal the render of the committed
 import json
 from pathlib import Path
 
+from pax.paths import ROOT
 from pax.releases import readme
 
-ROOT = Path(__file__).resolve().parent.parent
 BENCH_JSON = ROOT / "docs" / "bench.json"
 START, END = "<!-- bench-table:start -->", "<!-- bench-table:end -->"
 # benchmarks/tpu_bench.py's records (kind "accelerator") have a table of their own.

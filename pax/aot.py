@@ -36,10 +36,10 @@ from pathlib import Path
 
 from pax.errors import UsageError
 from pax.experiments import overrides, registry
+from pax.paths import ROOT
 from pax.releases import readme
 
 GIB = 2**30
-ROOT = Path(__file__).resolve().parents[1]
 AOT_JSON = ROOT / "docs" / "aot.json"
 START, END = "<!-- aot-table:start -->", "<!-- aot-table:end -->"
 

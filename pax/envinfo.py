@@ -29,6 +29,7 @@ import re
 import sys
 from pathlib import Path
 
+from pax import paths
 from pax.lockfile import LockfileError, differences, installed, lock_versions, sha256_file
 
 IDENTITY_FILE = "pax-env.json"
@@ -38,7 +39,6 @@ OVERRIDES = ("PAX_RELEASE", "PAX_PLATFORM", "PAX_LOCKFILE", "PAX_LOCK_SHA256")
 # PYTHONPATH. Its version is reported apart.
 SELF = "pax"
 PLATFORM_ORDER = ("cpu", "tpu", "gpu")
-_PACKAGE_DIR = Path(__file__).resolve().parent
 _RELEASE_DIR_RE = re.compile(r"^\d+(\.\d+)*$")
 
 
@@ -113,16 +113,6 @@ class Lock:
     versions: dict[str, str]
 
 
-def releases_dir() -> Path | None:
-    """Where the release locks are: $PAX_RELEASES_DIR, a checkout's releases/, or the copy a
-    pax wheel carries (pax/_releases, written by pax.images.build)."""
-    override = os.environ.get("PAX_RELEASES_DIR")
-    for candidate in (override, _PACKAGE_DIR.parent / "releases", _PACKAGE_DIR / "_releases"):
-        if candidate and Path(candidate).is_dir():
-            return Path(candidate)
-    return None
-
-
 def _version_key(name: str) -> tuple[int, ...]:
     return tuple(int(part) for part in name.split("."))
 
@@ -147,9 +137,9 @@ def _catalog(directory: str) -> tuple[Lock, ...]:
 
 
 def catalog(directory: Path | None = None) -> tuple[Lock, ...]:
-    """Every release lock found (see releases_dir); empty when none is."""
-    directory = directory or releases_dir()
-    return _catalog(str(directory)) if directory else ()
+    """Every release lock found (see paths.releases_dir); empty when none is."""
+    directory = directory or paths.releases_dir()
+    return _catalog(str(directory)) if directory.is_dir() else ()
 
 
 def nearest(have: dict[str, str], locks, prefer_platform: str | None = None):

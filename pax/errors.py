@@ -1,5 +1,39 @@
-"""The one exception type for bad input: the entry point prints it as one line and exits 2."""
+"""The one exception base for what a command cannot do, and the one way a command reports it.
+
+Every error a user can meet is a PaxError whose message names the problem and the fix; its
+class carries the exit status, so every entry point (pax.main, the package CLIs, the noxfile)
+catches this one type, prints `PROGRAM: error: MESSAGE` on one line and exits with that status.
+Standard library only: every layer imports it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+FAILURE = 1  # the work was tried and failed
+USAGE = 2  # bad input: nothing was tried
+CANNOT_JUDGE = 125  # `git bisect run`'s "skip": this step says nothing either way
 
 
-class UsageError(Exception):
+class PaxError(Exception):
+    """A failure with the fix in the message."""
+
+    exit_code = FAILURE
+
+
+class UsageError(PaxError):
     """A problem with what the user asked for, with the fix in the message."""
+
+    exit_code = USAGE
+
+
+class CannotJudge(PaxError):
+    """What was to be judged is not there (a crashed run, no metrics yet)."""
+
+    exit_code = CANNOT_JUDGE
+
+
+def report(program: str, err: BaseException, file=None) -> int:
+    """Print `PROGRAM: error: MESSAGE` on stderr; the exit status for `err`."""
+    print(f"{program}: error: {err}", file=file or sys.stderr, flush=True)
+    return getattr(err, "exit_code", FAILURE)

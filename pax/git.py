@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from pax import paths
 
 
 class GitError(RuntimeError):
@@ -17,7 +17,7 @@ def run(*args: str, root: Path | str | None = None, timeout: float = 60) -> str:
     """stdout of `git ARGS` in `root` (default: this checkout); GitError when it fails."""
     try:
         proc = subprocess.run(
-            ["git", *args], cwd=root or REPO_ROOT, capture_output=True, text=True, timeout=timeout
+            ["git", *args], cwd=root or paths.ROOT, capture_output=True, text=True, timeout=timeout
         )
     except FileNotFoundError:
         raise GitError("git is not installed") from None
@@ -43,7 +43,9 @@ def blob(rev: str, path: str, root: Path | str | None = None) -> bytes:
     """The bytes of `path` in commit `rev` (no newline translation); GitError when absent."""
     try:
         proc = subprocess.run(
-            ["git", "cat-file", "blob", f"{rev}:{path}"], cwd=root or REPO_ROOT, capture_output=True
+            ["git", "cat-file", "blob", f"{rev}:{path}"],
+            cwd=root or paths.ROOT,
+            capture_output=True,
         )
     except FileNotFoundError:
         raise GitError("git is not installed") from None

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from pax import paths
 
 # Machine-local pip settings (extra indexes, find-links, constraint files) must not leak into a
 # pinned install or a lock; pip's own default index (or PIP_INDEX_URL, if a user sets a mirror)
@@ -60,7 +60,7 @@ def pip_python() -> str:
     runtime venv, like Debian's python3, has no pip; its base python has ensurepip)."""
     if importlib.util.find_spec("pip") is not None:
         return sys.executable
-    tools = REPO_ROOT / ".tools" / "venv" / "bin" / "python"
+    tools = paths.TOOLS_VENV / "bin" / "python"
     if tools.exists():
         return str(tools)
 
@@ -114,7 +114,7 @@ def uv_binary() -> str | None:
         import uv
 
         return uv.find_uv_bin()
-    tools = REPO_ROOT / ".tools" / "venv" / "bin" / "uv"
+    tools = paths.TOOLS_VENV / "bin" / "uv"
     if tools.exists():
         return str(tools)
     return shutil.which("uv")

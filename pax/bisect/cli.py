@@ -40,6 +40,7 @@ import sys
 import time
 from pathlib import Path
 
+from pax import paths
 from pax.bisect import search as bisect_search
 from pax.bisect.groups import make_groups, order_groups
 from pax.bisect.report import Run, format_report, report_json
@@ -70,7 +71,7 @@ def _default_platform() -> str:
 
 def checkout() -> Path | None:
     """The source checkout pax runs from; None when pax is installed (as in an image)."""
-    root = dist_release.REPO_ROOT
+    root = paths.ROOT
     return root if (root / "pyproject.toml").is_file() else None
 
 

@@ -29,12 +29,12 @@ import subprocess
 import time
 from pathlib import Path
 
+from pax import paths
 from pax.curves import CurvesError, faults
 from pax.curves import record as curves_record
 from pax.curves.reference import REFERENCES_DIR, Reference, load_reference, shipped_name
 from pax.curves.runs import read_metrics
 
-ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_EXPERIMENT = "tasks.lm.params.lm_cloud.LmCloudSpmdTiny"
 DEFAULT_SEEDS = "1-10"
 DEFAULT_HELD_OUT = "11,12,1234"  # 1234: SEED's default, the README's `./noxw -s train` run
@@ -132,7 +132,7 @@ def record(
     release: str,
     args: argparse.Namespace,
     log=print,
-    root: Path = ROOT,
+    root: Path = paths.ROOT,
     platform: str = "cpu",
 ) -> Reference:
     """Train the band's seeds, the held-out seeds and the broken runs with `python` (a release

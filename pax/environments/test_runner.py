@@ -21,10 +21,10 @@ from pathlib import Path
 
 from pax import lockfile
 from pax.environments.venv import Env, locked
+from pax.paths import ROOT
 from pax.pip import pip_env, pip_python, uv_binary, uv_env
-from pax.releases.catalog import REPO_ROOT
 
-LOCK = REPO_ROOT / "requirements" / "test-runner.txt"  # releases without a test lock
+LOCK = ROOT / "requirements" / "test-runner.txt"  # releases without a test lock
 STAMP = "test-runner-lock.sha256"
 INSTALLED = "test-runner.txt"  # what the folder holds, as the hashed requirements installed
 MAX_WORKERS = 4  # each worker holds its own jax, compilation and shared tiny run

@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from pax import envinfo, lockfile
+from pax import envinfo, lockfile, paths
 from pax.pip import make_venv, pip_env, pip_python, uv_binary, uv_env
-from pax.releases.catalog import REPO_ROOT, Release
+from pax.releases.catalog import Release
 
 # What envs made before the identity file carry: the lock's sha256 alone. Such an env is
 # verified and given an identity instead of being rebuilt (.venv is shared by checkouts).
@@ -50,14 +50,14 @@ class Env:
         """Variables a session exports. Not the PAX_RELEASE family: the env's identity file says
         which release it is, so a session's run records what a direct run records."""
         return {
-            "PYTHONPATH": str((root or REPO_ROOT).resolve()),
+            "PYTHONPATH": str((root or paths.ROOT).resolve()),
             "VIRTUAL_ENV": str(self.path),
             "PATH": f"{self.path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
         }
 
 
 def env_path(release: Release, platform: str, root: Path | None = None) -> Path:
-    return (root or REPO_ROOT) / ".venv" / f"pax-{release.version}-{platform}"
+    return (root or paths.ROOT) / ".venv" / f"pax-{release.version}-{platform}"
 
 
 def existing_python(release: Release, platform: str, root: Path | None = None) -> Path | None:

@@ -23,7 +23,7 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-from pax import envinfo, git, lockfile, pip
+from pax import envinfo, git, lockfile, paths, pip
 from pax.images import buildah, provenance, reproduce
 from pax.images.engine import (
     IMAGE_REPO,
@@ -44,8 +44,8 @@ from pax.images.wheelhouse import (
     sha256_file,
     wheelhouse_dir,
 )
+from pax.paths import ROOT
 from pax.releases import catalog, source
-from pax.releases.catalog import REPO_ROOT
 
 DEFAULT_BASE_IMAGE = catalog.LOCAL_BASE_IMAGE
 
@@ -77,13 +77,13 @@ def pax_source(release: str, platform: str, dev: bool = False) -> PaxSource:
         return PaxSource(head.strip() + ("-dirty" if changed else ""), True, source_date_epoch())
     rel = catalog.load(lock_path(release, platform).parent)
     try:
-        rev = source.require(rel, REPO_ROOT)
+        rev = source.require(rel, ROOT)
     except source.SourceError as e:
         raise ImageError(
             f"{e} (or build this checkout on its locks: ./noxw -s build -- {release} "
             f"{platform} --dev)"
         ) from None
-    return PaxSource(rev, False, source.commit_time(rev, REPO_ROOT))
+    return PaxSource(rev, False, source.commit_time(rev, ROOT))
 
 
 def dev_ref(release: str, platform: str) -> str:
@@ -96,7 +96,7 @@ def _copy_checkout(src: Path) -> None:
     files = _git_or_none("ls-files", "--cached", "--others", "--exclude-standard")
     if files is None:  # a source tree without .git
         shutil.copytree(
-            REPO_ROOT,
+            ROOT,
             src,
             ignore=shutil.ignore_patterns(
                 ".git", ".nox", ".venv", ".tools", "wheelhouse", "build", "dist", "*.egg-info"
@@ -106,9 +106,9 @@ def _copy_checkout(src: Path) -> None:
     for rel in files.splitlines():
         if not (rel.startswith("pax/") or rel in source.PACKAGE_PATHS):
             continue
-        if (REPO_ROOT / rel).is_file():
+        if (ROOT / rel).is_file():
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO_ROOT / rel, src / rel)
+            shutil.copy2(ROOT / rel, src / rel)
 
 
 def build_pax_wheel(dest: Path, origin: PaxSource, own_lock: str | None = None) -> Path:
@@ -121,12 +121,12 @@ def build_pax_wheel(dest: Path, origin: PaxSource, own_lock: str | None = None) 
         src, releases_root = Path(tmp) / "src", Path(tmp) / "locks"
         if origin.dev:
             _copy_checkout(src)
-            releases_root = REPO_ROOT
+            releases_root = ROOT
         else:
-            source.export(origin.revision, src, root=REPO_ROOT)
+            source.export(origin.revision, src, root=ROOT)
             # The locks the source tree holds (frozen: the same bytes as today's copies), so the
             # wheel does not change when later releases are cut.
-            source.export(origin.revision, releases_root, paths=("releases",), root=REPO_ROOT)
+            source.export(origin.revision, releases_root, paths=("releases",), root=ROOT)
         if not (src / "README.md").exists():  # pyproject's readme; early trees had none
             (src / "README.md").write_text("Pax\n")
         # The release locks ride along (pax/_releases/<version>/<platform>.txt), so an installed
@@ -188,7 +188,7 @@ def _sbom_python() -> str:
     """An interpreter with cyclonedx-python-lib: this one, else the tools venv's (./noxw)."""
     if importlib.util.find_spec("cyclonedx") is not None:
         return sys.executable
-    tools = REPO_ROOT / ".tools" / "venv" / "bin" / "python"
+    tools = paths.TOOLS_VENV / "bin" / "python"
     if tools.exists():
         return str(tools)
     raise ImageError(
@@ -224,8 +224,8 @@ def write_sbom(
         ],
         capture_output=True,
         text=True,
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     if r.returncode != 0:
         last = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()][-1:] or [""]
@@ -253,11 +253,11 @@ def stage_context(
     lock = lock_path(release, platform)
     (ctx / "releases" / release).mkdir(parents=True)
     shutil.copy2(lock, ctx / "releases" / release / f"{platform}.txt")
-    recipe = [REPO_ROOT / name for name in dockerfiles(platform)]
+    recipe = [ROOT / name for name in dockerfiles(platform)]
     (ctx / f"Dockerfile.{platform}").write_text("\n".join(f.read_text() for f in recipe))
     (ctx / "ci").mkdir()
-    shutil.copy2(REPO_ROOT / "ci" / "verify_image_env.py", ctx / "ci" / "verify_image_env.py")
-    shutil.copy2(REPO_ROOT / "pax" / "lockfile.py", ctx / "ci" / "pax_lockfile.py")
+    shutil.copy2(ROOT / "ci" / "verify_image_env.py", ctx / "ci" / "verify_image_env.py")
+    shutil.copy2(ROOT / "pax" / "lockfile.py", ctx / "ci" / "pax_lockfile.py")
     wh = ctx / "wheelhouse" / f"{release}-{platform}"
     wh.mkdir(parents=True)
     for w in wheelhouse.glob("*.whl"):
@@ -291,9 +291,9 @@ def dockerfiles(platform: str) -> list[str]:
 def recipe_files(platform: str) -> dict[str, Path]:
     """This checkout's files that make every image (the recipe), by their name in the checkout."""
     return {
-        **{name: REPO_ROOT / name for name in dockerfiles(platform)},
-        "ci/verify_image_env.py": REPO_ROOT / "ci" / "verify_image_env.py",
-        "ci/pax_lockfile.py": REPO_ROOT / "pax" / "lockfile.py",
+        **{name: ROOT / name for name in dockerfiles(platform)},
+        "ci/verify_image_env.py": ROOT / "ci" / "verify_image_env.py",
+        "ci/pax_lockfile.py": ROOT / "pax" / "lockfile.py",
     }
 
 

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Optional
 
-from pax import lockfile, pip
+from pax import lockfile, paths, pip
 from pax.images.engine import ImageError
 from pax.releases import catalog
 
@@ -26,12 +26,6 @@ PYTHON_VERSION = catalog.PYTHON
 HASH_MISMATCH_MARKERS = ("DO NOT MATCH THE HASHES", "THESE PACKAGES DO NOT MATCH")
 
 
-def _repo_root() -> Path:
-    """Where releases/ lives; PAX_RELEASES_DIR points elsewhere (tests)."""
-    override = os.environ.get("PAX_RELEASES_DIR")
-    return Path(override).parent if override else catalog.REPO_ROOT
-
-
 def lock_path(release: str, platform: str) -> Path:
     """The release's lockfile for an image platform, or a one-line usage error."""
     if platform not in catalog.IMAGE_PLATFORMS:
@@ -41,7 +35,7 @@ def lock_path(release: str, platform: str) -> Path:
             usage=True,
         )
     try:
-        rel = catalog.resolve(release, _repo_root())
+        rel = catalog.resolve(release)
     except catalog.UnknownRelease as e:
         raise ImageError(str(e), usage=True) from None
     except tomllib.TOMLDecodeError as e:
@@ -81,7 +75,7 @@ def parse_lock(path: Path) -> dict[str, tuple[str, set[str]]]:
 
 
 def wheelhouse_dir(release: str, platform: str) -> Path:
-    base = Path(os.environ.get("PAX_WHEELHOUSE", catalog.REPO_ROOT / "wheelhouse"))
+    base = Path(os.environ.get("PAX_WHEELHOUSE", paths.ROOT / "wheelhouse"))
     return base / f"{release}-{platform}"
 
 

@@ -195,7 +195,7 @@ def render(
     if target not in TARGETS:
         raise UsageError(f"unknown target {target!r}: one of {', '.join(TARGETS)}")
     template, platform = TARGETS[target]
-    if dist_release.releases_dir().is_dir():  # a checkout: the release must be cut
+    if dist_release.list_releases():  # a checkout: the release must be one of its cut ones
         try:
             release = dist_release.resolve(release).version
         except dist_release.UnknownRelease as err:

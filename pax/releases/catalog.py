@@ -9,10 +9,9 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from pax import lockfile
+from pax import lockfile, paths
 from pax.lockfile import sha256_file
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # The one declaration of the Python the releases are locked for and the images run. What cannot
 # import it (./noxw, the Dockerfiles, pyproject.toml) is checked against it by tests/test_declared_once.py.
 PYTHON = "3.11"
@@ -113,10 +112,6 @@ def version_key(version: str) -> Version:
     return Version(version)
 
 
-def releases_dir(root: Path | None = None) -> Path:
-    return (root or REPO_ROOT) / "releases"
-
-
 def load(directory: Path) -> Release:
     with open(directory / "release.toml", "rb") as f:
         meta = tomllib.load(f)
@@ -125,7 +120,7 @@ def load(directory: Path) -> Release:
 
 def list_releases(root: Path | None = None) -> list[Release]:
     """Cut releases (not nightly), oldest first."""
-    base = releases_dir(root)
+    base = paths.releases_dir(root)
     found = (
         [
             load(d)
@@ -153,7 +148,7 @@ def resolve(name: str | None, root: Path | None = None) -> Release:
     for release in list_releases(root):
         if release.version == wanted:
             return release
-    nightly_dir = releases_dir(root) / NIGHTLY
+    nightly_dir = paths.releases_dir(root) / NIGHTLY
     if wanted == NIGHTLY and (nightly_dir / "release.toml").is_file():
         return load(nightly_dir)
     known = [r.version for r in list_releases(root)]

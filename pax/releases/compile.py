@@ -10,18 +10,16 @@ import sys
 import time
 from pathlib import Path
 
-from pax import lockfile
+from pax import lockfile, paths
 from pax.pip import pip_env, uv_binary, uv_env
 from pax.releases.catalog import (
     LOCKS,
     NIGHTLY,
     PYTHON,
-    REPO_ROOT,
     TEST_LOCK,
     Release,
     load,
     pop_release,
-    releases_dir,
 )
 
 PIP_COMPILE_FLAGS = (
@@ -111,7 +109,7 @@ def record_shas(release: Release, shas: dict[str, str]) -> None:
 
 
 def make_nightly(root: Path) -> Release:
-    directory = releases_dir(root) / NIGHTLY
+    directory = paths.releases_dir(root) / NIGHTLY
     directory.mkdir(parents=True, exist_ok=True)
     today = _dt.date.today().isoformat()
     (directory / "release.toml").write_text(
@@ -134,7 +132,7 @@ def lock(
     `compile(release, platform, root) -> (sha256, seconds, state)` writes one lockfile; tests
     pass a fake one (pax.releases.cut's tests) so no index is needed.
     """
-    root = root or REPO_ROOT
+    root = root or paths.ROOT
     names = list(platforms or LOCKS)
     products = [p for p in names if p != TEST_LOCK]
     if release.pins:
@@ -182,7 +180,7 @@ class LockUsage(ValueError):
 def main(args: list[str], root: Path | None = None, log=print) -> None:
     """`./noxw -s lock -- RELEASE|nightly|tools [PLATFORM...]`: LockUsage for bad arguments,
     UnknownRelease, RuntimeError for a failed compile or a pin the lock does not honour."""
-    root = root or REPO_ROOT
+    root = root or paths.ROOT
     if not args:
         raise LockUsage(
             "lock: name a release, e.g. `./noxw -s lock -- 1.4.0 [cpu tpu gpu test]`, "
@@ -201,7 +199,7 @@ def main(args: list[str], root: Path | None = None, log=print) -> None:
 
 def lock_tools(root: Path | None = None, log=print) -> str:
     """Recompile requirements/tools.txt (the tools venv ./noxw installs)."""
-    root = root or REPO_ROOT
+    root = root or paths.ROOT
     env = pip_env()
     env["CUSTOM_COMPILE_COMMAND"] = "./noxw -s lock -- tools"
     env["PYTHONPATH"] = str(root)

@@ -38,7 +38,7 @@ import sys
 import threading
 from pathlib import Path
 
-from pax import git, lockfile
+from pax import git, lockfile, paths
 from pax.releases import compile as dist_lock
 from pax.releases import readme, source
 from pax.releases.catalog import (
@@ -46,7 +46,6 @@ from pax.releases.catalog import (
     LOCAL_BASE_IMAGE,
     LOCKS,
     PYTHON,
-    REPO_ROOT,
     Release,
     UnknownRelease,
     load,
@@ -169,7 +168,7 @@ def cut(
     """Cut `version` in the git work tree `root`; returns the committed release.
     `record_images(version, base_image)` builds the images and writes [images] (RuntimeError when
     it cannot); None leaves that to `--record-images`."""
-    root = Path(root or REPO_ROOT).resolve()
+    root = Path(root or paths.ROOT).resolve()
     preflight(version, root)
     now = now or _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
     today = now.astimezone().date()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from pax import git, lockfile
+from pax import git, lockfile, paths
 from pax.lockfile import Pin
 from pax.releases import catalog as dist_release
 
@@ -145,7 +145,7 @@ def load(spec: str, platform: str = "cpu", root: Path | None = None) -> Lock:
     """Resolve a release name, a lockfile path, `GITREV:path` or `image` into its pins."""
     if spec == IMAGE:
         return _image_lock(platform)
-    root = root or dist_release.REPO_ROOT
+    root = root or paths.ROOT
     if platform not in dist_release.LOCK_PLATFORMS:
         raise LockSpecError(
             f"unknown platform {platform!r}; platforms: {', '.join(dist_release.LOCK_PLATFORMS)}"

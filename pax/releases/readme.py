@@ -21,8 +21,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from pax import paths
 from pax.lockfile import parse_lockfile, versions
-from pax.releases.catalog import IMAGE_PLATFORMS, LOCK_PLATFORMS, REPO_ROOT, Release, list_releases
+from pax.releases.catalog import IMAGE_PLATFORMS, LOCK_PLATFORMS, Release, list_releases
 
 START = "<!-- releases-table:start -->"
 END = "<!-- releases-table:end -->"
@@ -183,7 +184,7 @@ def changelog_blocks(root: Path | None = None) -> list[tuple[str, str, str]]:
 def add_changelog_section(root: Path | None = None, version: str = "") -> bool:
     """Give a new release its CHANGELOG.md section (a heading and its pins block) above the
     newest release's; False when the file is missing or the section is there already."""
-    path = (root or REPO_ROOT) / "CHANGELOG.md"
+    path = (root or paths.ROOT) / "CHANGELOG.md"
     if not path.is_file():
         return False
     text = path.read_text()
@@ -243,7 +244,7 @@ def rewrite_text(
 
 def all_files(root: Path | None = None) -> list[str]:
     """FILES and every page under docs/, relative to the root."""
-    root = root or REPO_ROOT
+    root = root or paths.ROOT
     pages = sorted(str(p.relative_to(root)) for p in (root / "docs").glob("*.md"))
     return [*FILES, *pages]
 
@@ -259,7 +260,7 @@ def refresh(
 
     Returns the files whose text changed (with check=True: would change; nothing is written).
     """
-    root = root or REPO_ROOT
+    root = root or paths.ROOT
     blocks = [*generated(root), *extra]
     changed = []
     for name in files:
@@ -279,7 +280,7 @@ def refresh(
 
 def marked_files(root: Path | None = None, files=None) -> list[Path]:
     """The files holding one of this module's blocks (a release cut rewrites them)."""
-    root = root or REPO_ROOT
+    root = root or paths.ROOT
     starts = [start for _, start, _ in generated(root)]
     return [
         root / f

@@ -17,7 +17,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from pax import git
+from pax import git, paths
 from pax.releases.catalog import LOCK_PLATFORMS, TEST_LOCK, Release, resolve
 
 # What a pax wheel is built from (pyproject.toml's package, its readme and licence).
@@ -99,7 +99,7 @@ def export(rev: str, dest: Path, paths=PACKAGE_PATHS, root: Path | None = None) 
         return []
     proc = subprocess.run(
         ["git", "archive", "--format=tar", rev, "--", *present],
-        cwd=root or git.REPO_ROOT,
+        cwd=root or paths.ROOT,
         capture_output=True,
     )
     if proc.returncode != 0:
@@ -131,7 +131,7 @@ def _ref(root: Path, ref: str) -> str | None:
 def recreate(version: str, root: Path | None = None, log=print) -> str:
     """Branch r<version> and tag v<version> at the release's source (each made if missing);
     SourceError if either exists pointing at another commit. Returns the source."""
-    root = Path(root or git.REPO_ROOT)
+    root = Path(root or paths.ROOT)
     release = resolve(version, root)
     rev = require(release, root)
     branch, tag = f"r{release.version}", f"v{release.version}"

@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from pax import paths
 from pax.bisect import cli as bisect
 from pax.bisect import groups as grouping
 from pax.bisect import search
@@ -481,14 +482,12 @@ def test_imports_without_jax_or_numpy():
     import subprocess
     import sys
 
-    from pax.releases import catalog as release
-
     code = (
         "import sys; sys.modules['jax'] = sys.modules['numpy'] = None\n"
         "import pax.releases.diff, pax.bisect.cli, pax.environments.wheelcache\n"
         "assert pax.releases.diff.compare_versions('0.9', '0.10') == -1\n"
     )
-    root = str(release.REPO_ROOT)
+    root = str(paths.ROOT)
     subprocess.run(
         [sys.executable, "-c", code],
         check=True,

@@ -7,13 +7,14 @@ import re
 import pytest
 
 from benchmarks import table as bench_table
+from pax import paths
 from pax.docs import blocks
 from pax.images import xla_flags
 from pax.launch import render
 from pax.lockfile import parse_lockfile, versions
 from pax.releases import catalog, readme
 
-ROOT = catalog.REPO_ROOT
+ROOT = paths.ROOT
 
 
 def test_every_generated_block_is_current():

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from pax.releases.catalog import REPO_ROOT as ROOT
+from pax.paths import ROOT
 
 PHRASES = re.compile(
     r"\bissue #?\d+\b|\(#\d+\)|\b(first|second|third|fourth|fifth|sixth|seventh|eighth|"

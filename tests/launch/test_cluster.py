@@ -552,7 +552,7 @@ def test_unknown_release_is_named_with_the_known_ones(capsys):
 
 def test_installed_package_takes_any_version(monkeypatch, tmp_path):
     # Installed (e.g. inside an image) there is no releases/ to check the version against.
-    monkeypatch.setattr(cluster.dist_release, "releases_dir", lambda: tmp_path / "none")
+    monkeypatch.setenv("PAX_RELEASES_DIR", str(tmp_path))  # a folder without releases
     *_, container = _jobset(cluster.render("v1.5.0", "gpu", "C4Spmd16BAdam32Replicas"))
     assert container["image"] == "pax:1.5.0-gpu"
     with pytest.raises(UsageError, match="bad release 'latest'"):

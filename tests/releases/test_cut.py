@@ -15,11 +15,11 @@ import tomllib
 
 import pytest
 
-from pax import lockfile
+from pax import lockfile, paths
 from pax.releases import catalog as release
 from pax.releases import cut, readme, source
 
-ROOT = release.REPO_ROOT
+ROOT = paths.ROOT
 NEWEST = {
     "jax": "9.1.0",
     "jaxlib": "9.1.0",

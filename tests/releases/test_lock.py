@@ -5,7 +5,7 @@ import hashlib
 
 import pytest
 
-from pax import lockfile
+from pax import lockfile, paths
 from pax.releases import catalog
 from pax.releases import compile as locks
 
@@ -98,7 +98,7 @@ def test_the_test_lock_is_compiled_from_test_in_constrained_by_the_cpu_lock(tmp_
 
 def test_requirements_keep_the_tools_out_of_the_platform_locks():
     """cpu.in, tpu.in and gpu.in take base.in and their platform's jax; test.in names the tools."""
-    root = catalog.REPO_ROOT / "requirements"
+    root = paths.ROOT / "requirements"
     for platform in catalog.LOCK_PLATFORMS:
         text = (root / f"{platform}.in").read_text()
         assert "-r test.in" not in text and "-r base.in" in text

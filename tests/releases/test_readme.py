@@ -2,10 +2,11 @@
 
 import pytest
 
+from pax import paths
 from pax.releases import catalog as release
 from pax.releases import readme
 
-ROOT = release.REPO_ROOT
+ROOT = paths.ROOT
 
 
 def test_releases_readme_has_a_marked_table():

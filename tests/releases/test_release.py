@@ -6,11 +6,11 @@ import tomllib
 
 import pytest
 
-from pax import git, lockfile
+from pax import git, lockfile, paths
 from pax.releases import catalog as release
 from pax.releases import source
 
-ROOT = release.REPO_ROOT
+ROOT = paths.ROOT
 RELEASES = release.list_releases()
 PRODUCT_LOCKS = [(r, p) for r in RELEASES for p in release.LOCK_PLATFORMS]
 # The test tools' lock wherever a release has one or records one (none up to 1.6.0).
@@ -184,8 +184,8 @@ def test_the_noxfile_imports_without_jax():
         "import sys; sys.modules['jax'] = None; sys.modules['numpy'] = None\n"
         "import nox, runpy; runpy.run_path('noxfile.py')\n"
     )
-    root = str(release.REPO_ROOT)
-    tools = release.REPO_ROOT / ".tools" / "venv" / "bin" / "python"
+    root = str(paths.ROOT)
+    tools = paths.TOOLS_VENV / "bin" / "python"
     if not tools.exists():
         pytest.skip("no .tools/venv: run the tests through ./noxw, which makes it")
     subprocess.run([tools, "-c", code], check=True, cwd=root, env={"PATH": "/usr/bin:/bin"})
