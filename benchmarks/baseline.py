@@ -4,7 +4,7 @@ It imports nothing from pax, so `./noxw -s bench` can tell the cost of the proje
 the cost of the same math written the usual way: pre-LN blocks, one fused QKV Dense, einsum
 attention under a causal mask, GELU FFN, the embedding table reused as the output projection,
 optax.adamw, one jax.jit with donated state. Its matmuls are the ones pax.train.mfu counts
-(tests/trainer/test_bench.py counts them in both programs); what that formula leaves out differs:
+(tests/benchmarks/test_bench.py counts them in both programs); what that formula leaves out differs:
 learned positions here (the trainer: rotary), no logit caps.
 """
 

@@ -1,6 +1,6 @@
 """The performance table, generated from `bench --record`'s docs/bench.json (no jax here).
 
-README.md and docs/benchmarks.md hold it between the markers below; tests/trainer/test_bench.py
+README.md and docs/benchmarks.md hold it between the markers below; tests/benchmarks/test_bench.py
 and tests/docs check that the committed blocks equal the render of the committed docs/bench.json.
 """
 

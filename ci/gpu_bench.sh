@@ -6,7 +6,7 @@
 #
 #   ci/gpu_bench.sh [RELEASE] [--dry-run] [-- FLAGS]   # FLAGS: --steps N, --batch B, --json F
 #
-# --dry-run runs the whole script on CPU at a tiny size (tests/trainer/test_bench.py runs it);
+# --dry-run runs the whole script on CPU at a tiny size (tests/benchmarks/test_bench.py runs it);
 # without it and without a GPU it stops with exit 2.
 # Python and XLA_FLAGS: ci/pinned-python.sh (the release's pinned env, or $PAX_PYTHON).
 # Exit: 0 OK, 1 failed (or ran past $PAX_GPU_BENCH_TIMEOUT_S, default 480), 2 usage.

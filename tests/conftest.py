@@ -88,13 +88,13 @@ def pytest_terminal_summary(terminalreporter, config):
 
 @pytest.fixture(scope="session")
 def tiny_job(tmp_path_factory):
-    """One finished run of tests.trainer.helpers.Tiny on one device (6 steps, checkpoints at 3
+    """One finished run of tests.helpers.Tiny on one device (6 steps, checkpoints at 3
     and 6, eval at 3 and 6), trained once per test session. Read it, never write into it: a test
     that changes a job directory takes `tiny_job_copy`."""
     import jax
 
     from pax.train import loop
-    from tests.trainer.helpers import Tiny
+    from tests.helpers import Tiny
 
     job = tmp_path_factory.mktemp("tiny") / "job"
     loop.train(loop.prepare(Tiny(), devices=jax.devices()[:1]), str(job), "tests.Tiny")

@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from pax import aot
+from pax import aot, paths
 from pax.environments import venv
 from pax.experiments import registry
 from pax.releases import catalog, readme
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(paths.ROOT)
 TINY = "tasks.lm.params.lm_cloud.LmCloudSpmdTiny"
 # The TPU compiler is libtpu, which the release's tpu env holds (./noxw -s aot builds it; CI
 # runs that session before the tests). The tests' own env (cpu) has none.

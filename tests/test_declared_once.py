@@ -5,15 +5,14 @@ carry copies, which must agree with it. So must noxw's other mirrors of pax.pip.
 import ast
 import re
 import tomllib
-from pathlib import Path
 
 import pytest
 
 from pax import pip
 from pax.images import build
+from pax.paths import ROOT
 from pax.releases import catalog
 
-ROOT = Path(__file__).resolve().parents[1]
 MAJOR, MINOR = (int(p) for p in catalog.PYTHON.split("."))
 
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-PAX = Path(__file__).resolve().parents[1] / "pax"
+from pax import paths
+
+PAX = paths.PACKAGE
 TRAINER = {
     "experiments",
     "tasks",

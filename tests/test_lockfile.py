@@ -11,9 +11,8 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from pax import lockfile
+from pax.paths import ROOT
 from pax.pip import make_venv
-
-ROOT = Path(__file__).resolve().parents[1]
 
 SAMPLE = """\
 #

@@ -9,14 +9,12 @@ reference's calibration (tests/curves/test_shipped.py).
 import json
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from pax.curves import CurvesError, judge_recorded, load_reference
 from pax.curves import band as refs
-
-ROOT = Path(__file__).resolve().parents[2]
+from pax.paths import ROOT
 
 FAKE = textwrap.dedent("""\
     #!{python}

@@ -26,9 +26,8 @@ from pax.curves import (
 )
 from pax.curves.__main__ import main
 from pax.curves.reference import config_differences, flat_config
+from pax.paths import ROOT
 from tests.curves.conftest import EVAL, config_for, synthetic_rows
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_imports_without_jax_numpy_or_matplotlib():

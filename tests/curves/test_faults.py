@@ -10,12 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from pax import paths
 from pax.curves import faults
 from pax.models import transformer
 from pax.train import step
-from tests.trainer.helpers import Tiny
+from tests.helpers import Tiny
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = str(paths.ROOT)
 
 
 def _params(cfg):

@@ -13,7 +13,7 @@ from pax.decode.options import Options  # noqa: E402
 from pax.errors import UsageError  # noqa: E402
 from pax.train import loop  # noqa: E402
 from tests.data.test_c4_train import TinyC4  # noqa: E402
-from tests.trainer.helpers import derive  # noqa: E402
+from tests.helpers import derive  # noqa: E402
 
 
 def _decoder(experiment_cls, job, **options):

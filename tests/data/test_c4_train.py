@@ -11,12 +11,13 @@ import pytest
 
 pytest.importorskip("grain")  # release 1.5.0 on
 
+from pax import paths  # noqa: E402
 from pax.checkpoint import manager  # noqa: E402
 from pax.checkpoint.manager import Checkpointer  # noqa: E402
 from pax.data import c4  # noqa: E402
 from pax.tasks.lm.params.c4 import C4SpmdTinyAdam1Replica  # noqa: E402
 from pax.train import loop  # noqa: E402
-from tests.trainer.helpers import ShortRun, derive, read_metrics  # noqa: E402
+from tests.helpers import ShortRun, derive, read_metrics  # noqa: E402
 
 
 class TinyC4(ShortRun, C4SpmdTinyAdam1Replica):
@@ -118,7 +119,7 @@ def test_missing_data_dir_is_a_usage_error(tmp_path):
         capture_output=True,
         text=True,
         env=env,
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+        cwd=paths.ROOT,
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (

@@ -9,15 +9,16 @@ import time
 import jax
 import pytest
 
+from pax import paths
 from pax.decode import run as decode_run
 from pax.decode.options import Options
 from pax.decode.sampling import Sampling
 from pax.errors import UsageError
 from pax.train import loop
-from tests.trainer.helpers import Tiny, derive
+from tests.helpers import Tiny, derive
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# tests.trainer.helpers.Tiny as --set overrides of the registered tiny experiment.
+ROOT = str(paths.ROOT)
+# tests.helpers.Tiny as --set overrides of the registered tiny experiment.
 TINY = [
     "--exp=LmCloudSpmdTiny",
     "--set=NUM_LAYERS=2",

@@ -16,7 +16,7 @@ from pax.decode.sampling import Sampling
 from pax.models import kv_cache
 from pax.models.transformer import TransformerLm
 from pax.parallel import sharding
-from tests.trainer.helpers import Tiny, derive
+from tests.helpers import Tiny, derive
 
 GREEDY = Sampling("greedy")
 SAMPLE = Sampling("sample", temperature=1.3, top_k=40, top_p=0.95)

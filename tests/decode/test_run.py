@@ -11,8 +11,8 @@ from pax.decode import run as decode_run
 from pax.decode.options import Options
 from pax.models.transformer import TransformerLm
 from pax.train import loop, placement
-from tests.trainer.helpers import Tiny, derive
-from tests.trainer.test_pipeline import Piped
+from tests.helpers import Tiny, derive
+from tests.parallel.test_pipeline import Piped
 
 PROMPTS = ("The list", "Dictionaries are")
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from pax.experiments.config import PARAMS
+from pax.paths import ROOT
 from tests.docs.test_links import nox_sessions
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Programs of the user's machine an example may start with.
 EXTERNAL = {

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from pax.paths import ROOT
+
 markdown_it = pytest.importorskip("markdown_it")
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGES = [
     ROOT / f for f in ("README.md", "CHANGELOG.md", "CONTRIBUTING.md", "releases/README.md")
 ] + sorted((ROOT / "docs").glob("*.md"))

@@ -4,13 +4,12 @@ with the shipped reference band, and runs top to bottom (nbclient, a fresh kerne
 import json
 import os
 import re
-from pathlib import Path
 
 import pytest
 
 from pax.curves import load_reference
+from pax.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "docs" / "tutorial.ipynb"
 NUMBER_WORDS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "ten": 10, "twenty": 20}
 

@@ -12,9 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pax.paths import ROOT
 from pax.releases import catalog
 
-ROOT = Path(__file__).resolve().parents[2]
 _VALIDATE = """
 import sys
 sys.path.append(sys.argv[1])

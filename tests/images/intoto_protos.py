@@ -7,9 +7,9 @@ this runs there, in a subprocess.
 
 import json
 import subprocess
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from pax.paths import ROOT
+
 _PARSE = """
 import json, sys
 from google.protobuf import json_format

@@ -13,13 +13,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from pax.images import attest, build, publish
 from pax.images import engine as image_engine
 from pax.images import record as image_record
+from pax.paths import ROOT
 from pax.releases import catalog
 from tests.images import cyclonedx_schema, intoto_protos
 from tests.images.test_publish_docker import _free_port, _registry_sh
@@ -30,7 +30,6 @@ pytestmark = pytest.mark.skipif(
     "(after ci/docker-engine.sh start and ci/base-image.sh)",
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".tools" / "venv"  # ./noxw's venv: the DSSE library (requirements/tools.in)
 RELEASE = catalog.newest().version  # the newest release records its image IDs
 PLATFORM = "tpu"

@@ -16,13 +16,13 @@ import shutil
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from pax import envinfo, lockfile
 from pax.images import build, buildah, provenance, publish, sbom, smoke, wheelhouse
 from pax.images import engine as image_engine
+from pax.paths import ROOT
 from pax.releases import catalog, source
 from tests.images import cyclonedx_schema
 
@@ -32,7 +32,6 @@ pytestmark = pytest.mark.skipif(
     "(after ci/docker-engine.sh start and ci/base-image.sh)",
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 RELEASE = os.environ.get("PAX_CONTAINER_RELEASE") or catalog.newest().version
 PLATFORM = "tpu"
 SOURCE_BUILT = "1.4.0"  # a release built from its own source, older than pax env

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from pax.images import build, cli, engine, publish, smoke, wheelhouse
+from pax.paths import ROOT
 from pax.releases import catalog
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _lock_text(entries):

@@ -20,6 +20,7 @@ import pytest
 from pax.images import build, publish, sbom
 from pax.images import engine as image_engine
 from pax.images import registry as registry_api
+from pax.paths import ROOT
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("PAX_CONTAINER_TESTS") != "1",
@@ -27,7 +28,6 @@ pytestmark = pytest.mark.skipif(
     "(after ci/docker-engine.sh start and ci/base-image.sh)",
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 RELEASE = os.environ.get("PAX_CONTAINER_RELEASE", "1.4.0")
 PLATFORM = "tpu"
 TAGS = (f"{RELEASE}-{PLATFORM}", f"latest-{PLATFORM}")

@@ -21,7 +21,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from pax.paths import ROOT
+
 JOBSET_CRD = "jobset.x-k8s.io_jobsets.yaml"
 JOBSET_BLOB = "96add10d030c2ab2c94b1c774edd23c814692808"  # git hash-object of the file at v0.12.0
 JOBSET_SOURCE = (

@@ -25,8 +25,8 @@ from jax._src.clusters.slurm_cluster import SlurmCluster
 from pax.errors import UsageError
 from pax.experiments import registry
 from pax.launch import render as cluster
+from pax.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "1.4.0"
 REGISTRY = "registry.example:5000/ml"
 # experiment -> (TPU slice, hosts on it; GPUs per host, GPU hosts). Pax ran these on TPU v4:

@@ -17,11 +17,11 @@ import os
 import re
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 from pax.images import build, engine
+from pax.paths import ROOT
 from pax.releases import catalog
 
 pytestmark = pytest.mark.skipif(
@@ -30,7 +30,6 @@ pytestmark = pytest.mark.skipif(
     "(SLURM_CONF=$(ci/slurm.sh start))",
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 RELEASE = os.environ.get("PAX_CONTAINER_RELEASE") or catalog.newest().version
 STEPS = 120
 SETS = [

@@ -4,7 +4,7 @@ Each class sets what its namesake in paxml sets, translated to this project's at
 declarations in pax.experiments.config name the Pax attribute each one stands for); what Pax
 sets in task() through helpers (set_default_adam, set_default_adafactor, the softmax template)
 is written out as attributes here. Values not set here are praxis's layer defaults
-(BaseExperiment). tests/trainer/test_fidelity.py checks every resolved value against the values
+(BaseExperiment). tests/tasks/test_fidelity.py checks every resolved value against the values
 read from paxml's and praxis's source.
 
 Pax's CHECKPOINT_POLICY only acts where layers are repeated (StackedTransformerRepeated) or

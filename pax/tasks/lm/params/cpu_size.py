@@ -2,7 +2,7 @@
 
 Not an experiment itself (not registered): LmCloudSpmdTiny and C4SpmdTinyAdam1Replica mix it
 in ahead of their Pax base, so its numbers win and the base supplies the rest (the model's
-layers, the optimizer). These are ours, not Pax's; tests/trainer/test_fidelity.py lists each
+layers, the optimizer). These are ours, not Pax's; tests/tasks/test_fidelity.py lists each
 value that differs from the Pax base and why.
 """
 

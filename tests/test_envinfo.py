@@ -8,14 +8,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from pax import envinfo, lockfile
+from pax.paths import ROOT
 from pax.releases import catalog as releases
 
-ROOT = Path(__file__).resolve().parents[2]
 LOCKS = [(r, p) for r in releases.list_releases() for p in releases.LOCK_PLATFORMS]
 
 

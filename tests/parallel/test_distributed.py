@@ -10,10 +10,11 @@ import pytest
 from jax._src import clusters
 from jax._src.clusters import cloud_tpu_cluster
 
+from pax import paths
 from pax.errors import UsageError
 from pax.parallel import distributed
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = str(paths.ROOT)
 _CLUSTER_PREFIXES = ("SLURM_", "OMPI_", "TPU_", "MEGASCALE_", "KUBERNETES_", "JAX_COORDINATOR")
 
 

@@ -16,7 +16,7 @@ from pax.experiments.base import BaseExperiment, resolve
 from pax.models import feed_forward, transformer
 from pax.parallel import mesh as mesh_lib
 from pax.train import loop
-from tests.trainer.helpers import Tiny, derive, read_metrics
+from tests.helpers import Tiny, derive, read_metrics
 
 
 def test_each_attribute_is_one_declared_field_of_the_same_name():

@@ -14,7 +14,7 @@ from pax.parallel import sharding
 from pax.train import loop
 from pax.train import state as state_lib
 from pax.train.step import make_train_step
-from tests.trainer.helpers import Tiny, derive, read_metrics
+from tests.helpers import Tiny, derive, read_metrics
 
 STEPS = 8
 E4M3_MAX, E5M2_MAX = 448.0, 57344.0

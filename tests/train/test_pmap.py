@@ -11,7 +11,7 @@ import pytest
 from pax.checkpoint.flax_file import FlaxFileCheckpointer
 from pax.errors import UsageError
 from pax.train import loop
-from tests.trainer.helpers import Tiny, derive, read_metrics
+from tests.helpers import Tiny, derive, read_metrics
 
 # Both average the same per-device gradients; only the order of the float32 sums differs.
 LOSS_RTOL = 1e-5

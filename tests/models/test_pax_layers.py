@@ -14,7 +14,7 @@ import pytest
 from pax.models import base
 from pax.models.positions import sinusoids
 from pax.models.transformer import TransformerLm
-from tests.trainer.helpers import Tiny, derive
+from tests.helpers import Tiny, derive
 
 
 def _init(cfg, seed=0, batch=2):

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from pax import envinfo, lockfile
+from pax.paths import ROOT
 from pax.pip import make_venv
 
-ROOT = Path(__file__).resolve().parents[2]
 BUMPED = "absl-py"  # pure Python, and the trainer imports it (absl flags and logging)
 SHORT_RUN = [
     "--exp=tasks.lm.params.lm_cloud.LmCloudSpmdTiny",

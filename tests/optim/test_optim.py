@@ -13,7 +13,7 @@ from pax.models.transformer import TransformerLm, lm_loss
 from pax.optim import optimizers, schedules
 from pax.train import loop
 from pax.train.step import make_train_step
-from tests.trainer.helpers import Tiny, derive
+from tests.helpers import Tiny, derive
 
 
 def _opt(**kw) -> OptimizerConfig:

@@ -21,7 +21,7 @@ from pax.checkpoint.manager import Checkpointer
 from pax.models.transformer import TransformerLm, lm_loss
 from pax.train import loop
 from pax.train import state as state_lib
-from tests.trainer.helpers import Tiny, derive, read_metrics
+from tests.helpers import Tiny, derive, read_metrics
 
 pytestmark = pytest.mark.accelerator
 
@@ -171,7 +171,7 @@ def test_cached_decoding_equals_recomputation_on_the_device():
             np.testing.assert_array_equal(new, expected.argmax(-1))
 
 
-# Slow tier on CPU, where tests/trainer/test_train.py's meshes make the same claim in the fast
+# Slow tier on CPU, where tests/train/test_train.py's meshes make the same claim in the fast
 # one; on an accelerator host the tier runs with --full (./noxw -s test -- RELEASE tpu).
 @pytest.mark.slow
 def test_a_mesh_over_every_device_trains_as_one_device(tmp_path):

@@ -12,7 +12,7 @@ from pax.models import kernels
 from pax.models.positions import rotary
 from pax.models.transformer import TransformerLm, lm_loss
 from pax.train import loop
-from tests.trainer.helpers import Tiny, derive
+from tests.helpers import Tiny, derive
 
 
 def _model_and_params(experiment_cls, seed=0):

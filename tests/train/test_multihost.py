@@ -14,9 +14,10 @@ import time
 
 import pytest
 
+from pax import paths
 from pax.train import preemption
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = str(paths.ROOT)
 COMMON = ["--exp=LmCloudSpmdTiny"] + [
     f"--set={a}"
     for a in (

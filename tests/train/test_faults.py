@@ -10,12 +10,13 @@ import jax
 import numpy as np
 import pytest
 
+from pax import paths
 from pax.checkpoint.manager import Checkpointer, CheckpointError
 from pax.train import loop, preemption
 from pax.train import state as state_lib
-from tests.trainer.helpers import Tiny, derive, read_metrics
+from tests.helpers import Tiny, derive, read_metrics
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = str(paths.ROOT)
 SMALL = [
     "NUM_LAYERS=2",
     "MODEL_DIMS=64",
@@ -90,7 +91,7 @@ def test_sigterm_saves_at_the_current_step_and_the_rerun_resumes(tmp_path):
 
 
 # Slow tier: six runs of 22 steps; the fast tier has one SIGTERM and resume above, and the
-# bitwise resume of tests/trainer/test_train.py.
+# bitwise resume of tests/train/test_train.py.
 @pytest.mark.slow
 def test_soak_interruptions_change_nothing(tmp_path):
     """Five interruptions (SIGTERM and kill -9 at varied steps); the loss history and the final

@@ -19,12 +19,12 @@ reason; README's "Fidelity to Pax" section lists them (checked below).
 
 import dataclasses
 import math
-import pathlib
 import re
 
 import jax
 import pytest
 
+from pax import paths
 from pax.experiments import config, registry
 from pax.experiments.base import resolve
 from pax.tasks.lm import model_params
@@ -580,7 +580,7 @@ TINY = ("LmCloudSpmdTiny", "C4SpmdTinyAdam1Replica", "LmCloudSpmdTinyFp8")
 # Deliberate differences in the Pax-named experiments: (experiment class, attribute) -> reason.
 DIFFERS = {
     ("LmCloudTransformerAdam", "ATTENTION_QUERY_CHUNK"): (
-        "256 queries at a time (same math, tests/trainer/test_model.py): without remat, Pax's "
+        "256 queries at a time (same math, tests/models/test_transformer.py): without remat, Pax's "
         "per-device plan is 61 GiB, over a v4 chip's 32; with it 21 GiB"
     ),
     ("LmCloudTransformerAdamLimitSteps", "ATTENTION_QUERY_CHUNK"): "inherited, as above",
@@ -753,7 +753,7 @@ def test_parameter_count_is_what_praxis_builds(name):
 
 
 def test_readme_lists_every_deliberate_difference():
-    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    readme = (paths.ROOT / "README.md").read_text()
     section = re.search(r"(?ms)^### Fidelity to Pax\n(.*?)(?=^### |\Z)", readme)
     assert section, "README needs a '### Fidelity to Pax' section"
     text = section.group(1)

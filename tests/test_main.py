@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pax import paths
+
+ROOT = str(paths.ROOT)
 
 
 def _main(*args, devices=1):

@@ -13,7 +13,7 @@ from pax.models.transformer import TransformerLm, lm_loss
 from pax.parallel import pipeline, sharding
 from pax.parallel.mesh import build_mesh
 from pax.train import loop
-from tests.trainer.helpers import Tiny, derive, read_metrics
+from tests.helpers import Tiny, derive, read_metrics
 
 STAGES, MICROBATCHES = 2, 4
 PIPE_AXES = ("stage", "replica", "data", "mdl")

@@ -8,7 +8,7 @@ from pax.train import fp8_check
 
 
 # Slow tier: both variants of the GPU check's model; the fast tier has FP8's numerics and its
-# lowered FP8 dots in tests/trainer/test_fp8.py.
+# lowered FP8 dots in tests/models/test_fp8.py.
 @pytest.mark.slow
 def test_gpu_check_runs_on_cpu_and_says_no_gpu(capsys):
     """ci/gpu_check.sh's check, on this CPU: both variants run, FP8 dots are in the program."""

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pax.train import loop
-from tests.trainer.helpers import Tiny, derive, read_metrics, read_scalars
+from tests.helpers import Tiny, derive, read_metrics, read_scalars
 
 NAME = "tests.Tiny"
 

@@ -17,7 +17,7 @@ from pax.optim import optimizers
 from pax.parallel import sharding
 from pax.parallel.mesh import build_mesh
 from pax.train import state as state_lib
-from tests.trainer.helpers import Tiny, derive
+from tests.helpers import Tiny, derive
 
 
 def _mesh(shape):

@@ -264,7 +264,7 @@ def test_record_replaces_the_same_config_and_dtype(tmp_path):
 
 
 # Slow tier: the 1B path at a tiny size, bf16 and fp8; the fast tier has the script's refusal
-# below and fp8's numerics in tests/trainer/test_fp8.py.
+# below and fp8's numerics in tests/models/test_fp8.py.
 @pytest.mark.slow
 def test_gpu_bench_dry_run_runs_the_whole_script_on_cpu(tmp_path):
     """ci/gpu_bench.sh --dry-run: the shell script, the 1B path's code at a tiny size, on CPU."""

@@ -19,12 +19,13 @@ import jax
 import orbax.checkpoint as ocp
 import pytest
 
+from pax import paths
 from pax.checkpoint import manager
 from pax.errors import UsageError
 from pax.train import job_config, loop
-from tests.trainer.helpers import OTHER, Tiny, derive, read_metrics
+from tests.helpers import OTHER, Tiny, derive, read_metrics
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = str(paths.ROOT)
 
 
 def _train(job_dir, experiment=Tiny, **flags):
