@@ -33,6 +33,18 @@ class CannotJudge(PaxError):
     exit_code = CANNOT_JUDGE
 
 
+def last_line(*outputs: str | bytes | None, default: str = "") -> str:
+    """The last non-blank line of a command's output (stderr first, then stdout): where tools
+    say why they failed, and what a one-line error quotes."""
+    for text in outputs:
+        if isinstance(text, bytes):
+            text = text.decode(errors="replace")
+        lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+        if lines:
+            return lines[-1]
+    return default
+
+
 def report(program: str, err: BaseException, file=None) -> int:
     """Print `PROGRAM: error: MESSAGE` on stderr; the exit status for `err`."""
     print(f"{program}: error: {err}", file=file or sys.stderr, flush=True)

@@ -7,9 +7,10 @@ import subprocess
 from pathlib import Path
 
 from pax import paths
+from pax.errors import PaxError, last_line
 
 
-class GitError(RuntimeError):
+class GitError(PaxError, RuntimeError):
     """git is missing or refused; the message is git's last line."""
 
 
@@ -24,8 +25,9 @@ def run(*args: str, root: Path | str | None = None, timeout: float = 60) -> str:
     except (OSError, subprocess.SubprocessError) as err:
         raise GitError(f"git {args[0]}: {err}") from None
     if proc.returncode != 0:
-        lines = (proc.stderr or proc.stdout).strip().splitlines()
-        raise GitError(lines[-1] if lines else f"git {args[0]} exited {proc.returncode}")
+        raise GitError(
+            last_line(proc.stderr, proc.stdout, default=f"git {args[0]} exited {proc.returncode}")
+        )
     return proc.stdout
 
 
@@ -50,6 +52,5 @@ def blob(rev: str, path: str, root: Path | str | None = None) -> bytes:
     except FileNotFoundError:
         raise GitError("git is not installed") from None
     if proc.returncode != 0:
-        lines = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise GitError(lines[-1] if lines else f"git cat-file exited {proc.returncode}")
+        raise GitError(last_line(proc.stderr, default=f"git cat-file exited {proc.returncode}"))
     return proc.stdout

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from pax import paths
+from pax.errors import last_line
 
 # Machine-local pip settings (extra indexes, find-links, constraint files) must not leak into a
 # pinned install or a lock; pip's own default index (or PIP_INDEX_URL, if a user sets a mirror)
@@ -79,7 +80,7 @@ def pip_python() -> str:
         except subprocess.CalledProcessError as made:
             raise RuntimeError(
                 "no pip found, and `python3 -m venv` cannot make one ("
-                + (_last_line(made.stderr + made.stdout) or "ensurepip failed")
+                + last_line(made.stderr, made.stdout, default="ensurepip failed")
                 + "): run through ./noxw, or install python3-venv"
             ) from None
     return python
@@ -150,8 +151,3 @@ def make_venv(path: Path, with_pip: bool = False) -> Path:
         shutil.rmtree(path, ignore_errors=True)
         raise
     return path / "bin" / "python"
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
