@@ -7,6 +7,7 @@ or half-installed environment, and inside the images).
 import sys
 
 from pax import envinfo
+from pax.errors import UsageError, report
 
 COMMANDS = {"env": envinfo.main}
 
@@ -18,8 +19,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not argv or argv[0] not in COMMANDS:
         given = f"unknown command {argv[0]!r}" if argv else "no command"
-        print(f"python -m pax: error: {given}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
-        return 2
+        return report("python -m pax", UsageError(f"{given}; commands: {', '.join(COMMANDS)}"))
     return COMMANDS[argv[0]](argv[1:])
 
 

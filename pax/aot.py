@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from pax.errors import UsageError
+from pax.errors import UsageError, report
 from pax.experiments import overrides, registry
 from pax.paths import ROOT
 from pax.releases import readme
@@ -436,8 +436,7 @@ def main(argv=None) -> int:
             sizes.append(_mesh_size(_experiment(plan)))
             slice_for(plan.generation, sizes[-1])
     except UsageError as e:
-        print(f"pax aot: error: {e}", file=sys.stderr)
-        return 2
+        return report("pax aot", e)
     if "jax" in sys.modules:
         raise RuntimeError("pax.aot must set the device count before jax is imported")
     libtpu = None if args.cpu else libtpu_version()
@@ -463,7 +462,7 @@ def main(argv=None) -> int:
         try:
             r = analyze(plan, tpu=libtpu is not None)
         except UsageError as e:
-            print(f"pax aot: {label}: {e}", file=sys.stderr)
+            report("pax aot", f"{label}: {e}")
             failed.append(label)
             continue
         results.append(r)

@@ -11,15 +11,13 @@ import sys
 from absl import app, flags, logging
 
 from pax import envinfo
-from pax.checkpoint.manager import CheckpointError
 from pax.decode import options as decode_options
 from pax.decode import run as decode_run
-from pax.errors import UsageError
+from pax.errors import PaxError, UsageError, report
 from pax.experiments import base, describe, overrides, registry
 from pax.parallel import accelerator, distributed
 from pax.train import loop, preemption
 
-EXIT_USAGE = 2
 _PAX_DIR = os.path.dirname(os.path.abspath(__file__))
 
 _EXP = flags.DEFINE_string(
@@ -83,16 +81,11 @@ _NUM_HOSTS = flags.DEFINE_integer("num_hosts", 1, "Number of processes in the jo
 _HOST_IDX = flags.DEFINE_integer("host_idx", None, "This process's index, 0..num_hosts-1.")
 
 
-def _usage_exit(message: str):
-    print(f"pax: error: {message}", file=sys.stderr)
-    sys.exit(EXIT_USAGE)
-
-
 def _parse_flags(argv):
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
-        _usage_exit(str(e))
+        sys.exit(report("pax", UsageError(str(e))))
 
 
 def main(argv):
@@ -172,14 +165,11 @@ def _main_with_usage_errors(argv):
     logging.get_absl_handler().addFilter(_OnlyPaxInfo())
     try:
         return main(argv)
-    except UsageError as e:
-        _usage_exit(str(e))
     except preemption.Preempted as e:
         logging.warning("preempted: %s", e)
         sys.exit(preemption.EXIT_PREEMPTED)
-    except (loop.NonFiniteError, CheckpointError) as e:
-        print(f"pax: error: {e}", file=sys.stderr)
-        sys.exit(1)
+    except PaxError as e:  # bad input (2), or a run that failed: NaN/Inf, a checkpoint (1)
+        sys.exit(report("pax", e))
 
 
 def run():

@@ -48,15 +48,13 @@ from pax.bisect.rule import FLAKY, Rule
 from pax.bisect.steps import InputError, Trials
 from pax.environments import index
 from pax.environments.wheelcache import EnvBuilder, WheelCache
+from pax.errors import UsageError, report
 from pax.pip import user_cache_dir
 from pax.releases import catalog as dist_release
 from pax.releases import diff as dist_diff
 
+PROGRAM = "pax bisect"  # its errors: `pax bisect: error: MESSAGE`, one line
 _VENV_PYTHONS = ("python", "python3", f"python3.{sys.version_info.minor}")
-
-
-class UsageError(Exception):
-    """A command line that cannot be run; the message is one line."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -335,18 +333,15 @@ def main(argv: list[str] | None = None, log=None) -> int:
     log = log or (lambda msg: print(f"bisect: {msg}", flush=True))
     try:
         args = parse_args(argv)
+        out = (args.out or default_out()).resolve()
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise UsageError(f"output folder {out} is not empty; name another with --out")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UsageError(f"cannot make the output folder {out}: {err.strerror}") from None
     except UsageError as err:
-        print(f"bisect: {err}", file=sys.stderr)
-        return 2
-    out = (args.out or default_out()).resolve()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        print(f"bisect: output folder {out} is not empty; name another with --out", file=sys.stderr)
-        return 2
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        print(f"bisect: cannot make the output folder {out}: {err.strerror}", file=sys.stderr)
-        return 2
+        return report(PROGRAM, err)
     log(f"output folder {out}")
     run = Run(out, args.command, args.rule)
     started = time.monotonic()
@@ -368,7 +363,7 @@ def main(argv: list[str] | None = None, log=None) -> int:
         raise
     text = write_report()
     if run.error:
-        print(f"bisect: {run.error}", file=sys.stderr, flush=True)
+        report(PROGRAM, run.error)
     else:
         print(text, file=sys.stderr, flush=True)
     return run.exit_code

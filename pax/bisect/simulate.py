@@ -29,6 +29,7 @@ import sys
 
 from pax.bisect.rule import BAD, FLAKY, GOOD, Rule, percent
 from pax.bisect.search import Bisection, Verdicts
+from pax.errors import UsageError, report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,8 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         if not 1 <= args.partners <= args.groups or args.seeds < 1:
             raise ValueError("need 1 <= --partners <= --groups and --seeds >= 1")
     except ValueError as err:
-        print(f"simulate: {err}", file=sys.stderr)
-        return 2
+        return report("pax bisect simulate", UsageError(str(err)))
     for line in summary(scenario, rule, measure(scenario, rule, range(args.seeds))):
         print(line)
     return 0

@@ -37,7 +37,7 @@ from etils import epath
 from jax import tree_util
 from jax.experimental import multihost_utils
 
-from pax.errors import UsageError
+from pax.errors import PaxError, UsageError
 
 STEP_PREFIX = "checkpoint"
 STEP_DIGITS = 8
@@ -59,7 +59,7 @@ _TRANSIENT_ERRNOS = frozenset({
 _TRANSIENT_STATUS = ("UNAVAILABLE:", "DEADLINE_EXCEEDED:")
 
 
-class CheckpointError(Exception):
+class CheckpointError(PaxError):
     """A checkpoint could not be written or read; the message says which and what survives."""
 
 

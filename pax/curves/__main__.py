@@ -19,7 +19,6 @@ import argparse
 import sys
 
 from pax.curves.compare import (
-    CANNOT_JUDGE,
     judge,
     judge_recorded,
     recorded_run,
@@ -27,12 +26,12 @@ from pax.curves.compare import (
 )
 from pax.curves.reference import load_reference, reference_for, reference_names
 from pax.curves.runs import CannotJudge, CurvesError, read_run
+from pax.errors import USAGE, UsageError, report
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2
-        print(f"{self.prog}: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(report(self.prog, UsageError(f"{message} (see --help)")))
 
 
 def _alpha(text: str) -> float:
@@ -155,8 +154,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m pax.curves") -> i
                 ref = _reference(args.reference, run, required=True)
                 verdict = judge(run, ref, alpha=args.alpha, partial=args.partial)
             except CannotJudge as err:
-                print(f"{prog}: cannot judge: {err}", file=sys.stderr)
-                return CANNOT_JUDGE
+                return report(prog, CannotJudge(f"cannot judge: {err}"))
             print(verdict.report)
             return verdict.code
         runs = [read_run(d) for d in args.job_dirs]
@@ -166,9 +164,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m pax.curves") -> i
         out = plot(runs, args.out, reference=ref, title=args.title)
         print(f"wrote {out}" + (f" (band: reference {ref.name})" if ref else " (no band)"))
         return 0
-    except CurvesError as err:
-        print(f"{prog}: {err}", file=sys.stderr)
-        return 2
+    except CurvesError as err:  # outside compare, a run that is not there is bad input too
+        report(prog, err)
+        return USAGE
 
 
 def pax_plot() -> None:

@@ -27,6 +27,8 @@ import json
 import sys
 from pathlib import Path
 
+from pax.errors import PaxError, UsageError, report
+
 FAULTS = {
     "lr_x10": "learning rate x10",
     "no_warmup": "no learning-rate warmup",
@@ -35,7 +37,7 @@ FAULTS = {
     "causal_mask_dropped": "causal mask dropped (each position attends to the whole sequence)",
     "lr_div10": "learning rate / 10",
 }
-EXIT_USAGE = 2
+PROGRAM = "pax.curves.faults"
 
 
 def _flag(argv: list[str], name: str) -> list[str]:
@@ -60,8 +62,7 @@ def _hyper_parameter(argv: list[str], key: str):
 
 
 def _usage(message: str) -> int:
-    print(f"pax.curves.faults: {message}", file=sys.stderr)
-    return EXIT_USAGE
+    return report(PROGRAM, UsageError(message))
 
 
 def _patch_no_final_norm(hits: list, set_attr) -> str:
@@ -167,12 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     job_dir = Path(job_dirs[-1])
     if code == 0 and not extra and not hits:
         # The trainer no longer has what the patch replaces: the run is not broken at all.
-        print(
-            f"pax.curves.faults: the {fault} patch never applied ({how}); the trainer changed, "
-            f"update pax/curves/faults.py",
-            file=sys.stderr,
+        return report(
+            PROGRAM,
+            PaxError(
+                f"the {fault} patch never applied ({how}); the trainer changed, "
+                "update pax/curves/faults.py"
+            ),
         )
-        return 1
     if (job_dir / "config.json").is_file():
         (job_dir / "fault.json").write_text(
             json.dumps({"name": fault, "description": FAULTS[fault], "how": how}, indent=1) + "\n"

@@ -13,15 +13,17 @@ import json
 import math
 from pathlib import Path
 
+from pax import errors
+
 METRICS_FILE = "metrics.jsonl"
 FAULT_FILE = "fault.json"  # written by pax.curves.faults into a run it broke on purpose
 
 
-class CurvesError(ValueError):
+class CurvesError(errors.UsageError, ValueError):
     """Bad input: a missing job directory, no metrics, an unknown or malformed reference."""
 
 
-class CannotJudge(CurvesError):
+class CannotJudge(errors.CannotJudge, CurvesError):
     """The run is not there to judge: no job directory, no metrics yet, stopped early.
 
     compare exits 125 on it (`git bisect run`'s "skip"): a bisect step whose training

@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from pax.errors import UsageError
+from pax.errors import UsageError, report
 
 # Pax's C4 vocabularies follow T5's: pad 0, eos 1, unk 2, no bos.
 SPM_IDS = dict(pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
@@ -171,8 +171,7 @@ def main(argv=None) -> int:
                 args.seq_len,
             )
     except (UsageError, OSError, RuntimeError) as e:  # RuntimeError: sentencepiece training
-        print(f"pax.data: error: {e}", file=sys.stderr)
-        return 2
+        return report("pax data", UsageError(str(e)))
     return 0
 
 

@@ -19,7 +19,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from pax.errors import UsageError
+from pax.errors import UsageError, report
 from pax.experiments import overrides  # jax-free: classes of numbers
 from pax.experiments import registry as experiments
 from pax.images import xla_flags
@@ -296,8 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             pvc=a.pvc,
         )
     except UsageError as err:
-        print(f"pax cluster: error: {err}", file=sys.stderr)
-        return 2
+        return report("pax cluster", err)
     if a.output is None:
         sys.stdout.write(text)
     else:

@@ -39,6 +39,7 @@ import threading
 from pathlib import Path
 
 from pax import git, lockfile, paths
+from pax.errors import FAILURE, USAGE, PaxError, report
 from pax.releases import compile as dist_lock
 from pax.releases import readme, source
 from pax.releases.catalog import (
@@ -54,12 +55,12 @@ from pax.releases.catalog import (
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 
 
-class CutError(RuntimeError):
+class CutError(PaxError, RuntimeError):
     """The release cannot be cut; the message is one line saying why and what to do."""
 
-    def __init__(self, message: str, code: int = 1):
+    def __init__(self, message: str, exit_code: int = FAILURE):
         super().__init__(message)
-        self.code = code  # 2: usage error (a malformed version)
+        self.exit_code = exit_code  # USAGE for a malformed version
 
 
 def _git(root: Path, *args: str) -> str:
@@ -80,26 +81,25 @@ def _succeeds(root: Path, *args: str) -> bool:
 def preflight(version: str, root: Path) -> None:
     """Raise CutError unless `version` can be cut from `root` as it is now."""
     if not VERSION_RE.match(version):
-        raise CutError(f"release: version must be X.Y.Z (digits), got {version!r}", code=2)
+        raise CutError(f"version must be X.Y.Z (digits), got {version!r}", exit_code=USAGE)
     if not _succeeds(root, "rev-parse", "--is-inside-work-tree"):
-        raise CutError(f"release: {root} is not a git work tree")
+        raise CutError(f"{root} is not a git work tree")
     directory = root / "releases" / version
     if directory.exists():
         raise CutError(
-            f"release: releases/{version} exists already; releases are frozen, "
-            f"cut a new version instead"
+            f"releases/{version} exists already; releases are frozen, cut a new version instead"
         )
     for ref, what in ((f"refs/heads/r{version}", "branch"), (f"refs/tags/v{version}", "tag")):
         if _succeeds(root, "rev-parse", "--verify", "--quiet", ref):
             raise CutError(
-                f"release: {what} {ref.rsplit('/', 1)[1]} exists already; "
+                f"{what} {ref.rsplit('/', 1)[1]} exists already; "
                 f"releases are frozen, cut a new version instead"
             )
     dirty = _git(root, "status", "--porcelain").splitlines()
     if dirty:
         shown = ", ".join(line[3:] for line in dirty[:3]) + (", ..." if len(dirty) > 3 else "")
         raise CutError(
-            f"release: the git tree is dirty ({len(dirty)} path(s): {shown}); commit or stash first"
+            f"the git tree is dirty ({len(dirty)} path(s): {shown}); commit or stash first"
         )
 
 
@@ -194,9 +194,7 @@ def cut(
         resolved = lockfile.versions(lockfile.parse_lockfile(directory / "cpu.txt"))
         missing = [n for n in HEADLINE if n not in resolved]
         if missing:
-            raise CutError(
-                f"release: the cpu lock has no {', '.join(missing)}; check requirements/cpu.in"
-            )
+            raise CutError(f"the cpu lock has no {', '.join(missing)}; check requirements/cpu.in")
         pins = {n: resolved[n] for n in HEADLINE}
         log("release {}: pins {}".format(version, ", ".join(f"{n}=={v}" for n, v in pins.items())))
         # 2. the locks with those pins (constraints.txt written, sha256 recorded, pins checked).
@@ -204,7 +202,7 @@ def cut(
         shas = dist_lock.lock(load(directory), list(LOCKS), root, log=log, compile=compile)
         release = load(directory)
         if {p: release.recorded_sha256(p) for p in LOCKS} != shas:
-            raise CutError("release: release.toml's [locks] do not match the compiled locks")
+            raise CutError("release.toml's [locks] do not match the compiled locks")
         # 3. tables (and the release's CHANGELOG section), the package's version, tests.
         readme.add_changelog_section(root, version)
         for path in readme.refresh(root, readme.all_files(root)):
@@ -216,7 +214,7 @@ def cut(
             code = run_tests(version, root, log=log)
             if code:
                 raise CutError(
-                    f"release: tests failed against {version} (exit {code}); nothing was committed"
+                    f"tests failed against {version} (exit {code}); nothing was committed"
                 )
         # 4. the cut commit.
         changed = [str(p.relative_to(root)) for p in tables if p.read_text() != tables[p]]
@@ -252,7 +250,7 @@ def cut(
         )
     except (OSError, CutError, source.SourceError) as err:
         raise CutError(
-            f"release: {version} is committed as {rev[:12]} but its source is not recorded "
+            f"{version} is committed as {rev[:12]} but its source is not recorded "
             f'({err}); add source = "{rev}" to {toml.relative_to(root)} and commit it'
         ) from None
     source.recreate(version, root, log=lambda *_: None)
@@ -266,7 +264,7 @@ def cut(
         _git(root, "commit", "--quiet", "-m", f"release {version}: image IDs", "--", str(toml))
     except RuntimeError as err:
         raise CutError(
-            f"release: {version} is cut (source {rev[:12]}) but its image IDs are not recorded "
+            f"{version} is cut (source {rev[:12]}) but its image IDs are not recorded "
             f"({err}); once a Docker engine and the base image are up: {later}"
         ) from None
     return load(directory)
@@ -281,12 +279,12 @@ def with_package_version(pyproject_text: str, version: str) -> str:
         lambda m: f'{m.group(1)}"{version}"', pyproject_text, count=1
     )
     if n != 1:
-        raise CutError('release: pyproject.toml has no [project] version = "..." line to set')
+        raise CutError('pyproject.toml has no [project] version = "..." line to set')
     return text
 
 
 def _terminated(signum, frame):
-    raise CutError("release: terminated (SIGTERM); nothing was committed")
+    raise CutError("terminated (SIGTERM); nothing was committed")
 
 
 def _undo(directory: Path, tables: dict[Path, str]) -> None:
@@ -326,7 +324,7 @@ def cut_from_args(
         try:
             return source.recreate(args.version, root, log=kwargs.get("log", print))
         except (source.SourceError, UnknownRelease) as err:
-            raise CutError(f"release: {err}") from None
+            raise CutError(f"{err}") from None
     return cut(args.version, root, skip_tests=args.skip_tests, base_image=args.base_image, **kwargs)
 
 
@@ -334,12 +332,8 @@ def main(argv: list[str] | None = None, root: Path | None = None, **kwargs) -> i
     """`python -m pax.releases.cut X.Y.Z [--skip-tests] [--base-image IMAGE]`: 0 when cut."""
     try:
         cut_from_args(argv, root, **kwargs)
-    except CutError as err:
-        print(err, file=sys.stderr)
-        return err.code
-    except RuntimeError as err:  # a failed pip-compile, a pin the lock does not honour
-        print(f"release: {err}", file=sys.stderr)
-        return 1
+    except RuntimeError as err:  # CutError, a failed pip-compile, a pin the lock does not honour
+        return report("pax release", err)
     return 0
 
 

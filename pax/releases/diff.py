@@ -24,13 +24,14 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from pax import git, lockfile, paths
+from pax.errors import UsageError, report
 from pax.lockfile import Pin
 from pax.releases import catalog as dist_release
 
 KINDS = ("upgraded", "downgraded", "added", "removed", "rebuilt")
 
 
-class LockSpecError(ValueError):
+class LockSpecError(UsageError, ValueError):
     """A lock name that is neither a release, a file nor `GITREV:path`."""
 
 
@@ -275,8 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         a, b = load(args.a, args.platform), load(args.b, args.platform)
     except LockSpecError as err:
-        print(f"diff: {err}", file=sys.stderr)
-        return 2
+        return report("pax diff", err)
     changes = diff(a.pins, b.pins)
     if args.json:
         print(

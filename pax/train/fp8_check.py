@@ -18,7 +18,7 @@ import sys
 import jax
 import numpy as np
 
-from pax.errors import UsageError
+from pax.errors import UsageError, report
 from pax.experiments import registry
 from pax.train import compiled_step, mfu
 from pax.train import state as state_lib
@@ -96,8 +96,7 @@ def main(argv=None) -> int:
     try:
         results = [measure(name, use_fp8, steps, args.batch) for _, use_fp8 in VARIANTS]
     except UsageError as e:
-        print(f"pax fp8 check: error: {e}", file=sys.stderr)
-        return 2
+        return report("pax fp8 check", e)
     r = results[0]
     c = r["model"]
     print(

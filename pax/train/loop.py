@@ -13,7 +13,7 @@ from jax.experimental import multihost_utils
 
 from pax import data, envinfo
 from pax.checkpoint.manager import Checkpointer
-from pax.errors import UsageError
+from pax.errors import PaxError, UsageError
 from pax.experiments import base
 from pax.experiments import config as config_lib
 from pax.models.transformer import TransformerLm
@@ -252,7 +252,7 @@ def _setup(run: Run, job_dir: str, experiment_name: str, history, mode: str, fro
     return peak, summaries_lib.Summaries(job_dir, enabled=is_writer)
 
 
-class NonFiniteError(Exception):
+class NonFiniteError(PaxError):
     """NAN_POLICY=stop: a step's loss or gradients were NaN/Inf."""
 
 

@@ -241,7 +241,7 @@ def test_default_folders_are_under_the_user_cache(tmp_path, index, capsys, monke
     bad = write_lock(tmp_path / "bad.txt", {"q00": "1.0"}, index)
     rc = bisect.main(["--good", str(tmp_path / "god.txt"), "--bad", str(bad), "--", "true"])
     err = capsys.readouterr().err
-    assert rc == 2 and err == f"bisect: --good {tmp_path / 'god.txt'}: no such file\n"
+    assert rc == 2 and err == f"pax bisect: error: --good {tmp_path / 'god.txt'}: no such file\n"
     (out,) = (tmp_path / "xdg" / "pax" / "bisect").iterdir()
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "error" and report["exit"] == 2 and "no such file" in report["error"]
@@ -260,7 +260,9 @@ def one_line_error(capsys, rc, out):
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     report = json.loads((out / "report.json").read_text())
-    assert report["status"] == "error" and report["error"] == err.strip().removeprefix("bisect: ")
+    assert report["status"] == "error" and report["error"] == err.strip().removeprefix(
+        "pax bisect: error: "
+    )
     return report
 
 

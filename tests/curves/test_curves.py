@@ -454,7 +454,9 @@ def test_cli_compare_exit_statuses(tmp_path, make_run, reference_file, capsys):
     for missing in (tmp_path / "absent", tmp_path / "emptydir"):
         assert main(["compare", str(missing), *ref]) == 125
         err = capsys.readouterr().err
-        assert err.startswith("python -m pax.curves: cannot judge: ") and err.count("\n") == 1
+        assert (
+            err.startswith("python -m pax.curves: error: cannot judge: ") and err.count("\n") == 1
+        )
 
 
 def test_cli_calibration(reference_file, capsys):

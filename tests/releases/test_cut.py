@@ -236,7 +236,7 @@ def test_failing_compile_leaves_nothing(clone):
 def test_refuses_a_version_that_is_not_x_y_z(clone, version):
     with pytest.raises(cut.CutError, match="must be X.Y.Z") as err:
         do_cut(clone, version)
-    assert err.value.code == 2
+    assert err.value.exit_code == 2
 
 
 def test_refuses_an_existing_release(clone):

@@ -135,7 +135,7 @@ def test_unreadable_lock_is_one_line(tmp_path, monkeypatch):
 def test_cli_usage_error_exits_2(capsys):
     assert diff.main(["no-such-lock.txt", "9.9.9"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("diff: ") and len(err.strip().splitlines()) == 1
+    assert err.startswith("pax diff: error: ") and len(err.strip().splitlines()) == 1
 
 
 def test_cli_on_the_real_releases(capsys):
