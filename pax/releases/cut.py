@@ -29,6 +29,7 @@ so tests can cut a release in a scratch clone without an index.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import re
 import shutil
@@ -171,90 +172,30 @@ def cut(
     root = Path(root or paths.ROOT).resolve()
     preflight(version, root)
     now = now or _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
-    today = now.astimezone().date()
-    python = PYTHON
     base_image = base_image or LOCAL_BASE_IMAGE
-
     directory = root / "releases" / version
     pyproject = root / "pyproject.toml"
     tables = {p: p.read_text() for p in [*readme.marked_files(root), pyproject]}
     toml = directory / "release.toml"
-    main_thread = threading.current_thread() is threading.main_thread()
-    if main_thread:
-        on_term = signal.signal(signal.SIGTERM, _terminated)  # so a killed cut cleans up too
-    try:
-        directory.mkdir(parents=True)
-        # 1. cpu lock without pins: the newest matched set; its headline versions become the pins.
-        toml.write_text(render_release_toml(version, today, python, base_image, now, None))
-        log(
-            f"release {version}: resolving the newest set (cpu, no pins, index as of "
-            f"{load(directory).resolved_before})"
+
+    def write_toml(pins: dict[str, str] | None) -> None:
+        toml.write_text(
+            render_release_toml(version, now.astimezone().date(), PYTHON, base_image, now, pins)
         )
-        dist_lock.lock(load(directory), ["cpu"], root, log=log, compile=compile)
-        resolved = lockfile.versions(lockfile.parse_lockfile(directory / "cpu.txt"))
-        missing = [n for n in HEADLINE if n not in resolved]
-        if missing:
-            raise CutError(f"the cpu lock has no {', '.join(missing)}; check requirements/cpu.in")
-        pins = {n: resolved[n] for n in HEADLINE}
-        log("release {}: pins {}".format(version, ", ".join(f"{n}=={v}" for n, v in pins.items())))
-        # 2. the locks with those pins (constraints.txt written, sha256 recorded, pins checked).
-        toml.write_text(render_release_toml(version, today, python, base_image, now, pins))
-        shas = dist_lock.lock(load(directory), list(LOCKS), root, log=log, compile=compile)
-        release = load(directory)
-        if {p: release.recorded_sha256(p) for p in LOCKS} != shas:
-            raise CutError("release.toml's [locks] do not match the compiled locks")
-        # 3. tables (and the release's CHANGELOG section), the package's version, tests.
+
+    with _undone_on_failure(directory, tables):
+        directory.mkdir(parents=True)
+        write_toml(None)
+        pins = _newest_pins(version, directory, root, compile, log)
+        write_toml(pins)
+        _lock_pinned(directory, root, compile, log)
         readme.add_changelog_section(root, version)
         for path in readme.refresh(root, readme.all_files(root)):
             log(f"release {version}: refreshed the releases tables in {path.relative_to(root)}")
         pyproject.write_text(with_package_version(tables[pyproject], version))
-        if skip_tests:
-            log(f"release {version}: tests skipped (--skip-tests)")
-        else:
-            code = run_tests(version, root, log=log)
-            if code:
-                raise CutError(
-                    f"tests failed against {version} (exit {code}); nothing was committed"
-                )
-        # 4. the cut commit.
-        changed = [str(p.relative_to(root)) for p in tables if p.read_text() != tables[p]]
-        _git(root, "add", "--", f"releases/{version}", *changed)
-        _git(
-            root,
-            "commit",
-            "--quiet",
-            "-m",
-            f"release {version}",
-            "--",
-            f"releases/{version}",
-            *changed,
-        )
-    except BaseException:
-        _undo(directory, tables)
-        raise
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, on_term if on_term is not None else signal.SIG_DFL)
-    # 5. the cut commit is the release's source: a second commit records it; branch and tag on it.
-    rev = _git(root, "rev-parse", "HEAD").strip()
-    try:
-        toml.write_text(source.with_source(toml.read_text(), rev))
-        _git(
-            root,
-            "commit",
-            "--quiet",
-            "-m",
-            f"release {version}: source {rev[:12]}",
-            "--",
-            str(toml),
-        )
-    except (OSError, CutError, source.SourceError) as err:
-        raise CutError(
-            f"{version} is committed as {rev[:12]} but its source is not recorded "
-            f'({err}); add source = "{rev}" to {toml.relative_to(root)} and commit it'
-        ) from None
-    source.recreate(version, root, log=lambda *_: None)
-    log(f"release {version}: source {rev[:12]}, branch r{version} and tag v{version} on it")
+        _test(version, root, skip_tests, run_tests, log)
+        _commit_cut(version, root, tables)
+    rev = _record_source(version, root, toml, log)
     later = f"./noxw -s release -- {version} --record-images"
     if record_images is None:
         log(f"release {version}: image IDs not recorded; {later}")
@@ -268,6 +209,80 @@ def cut(
             f"({err}); once a Docker engine and the base image are up: {later}"
         ) from None
     return load(directory)
+
+
+@contextlib.contextmanager
+def _undone_on_failure(directory: Path, tables: dict[Path, str]):
+    """Any failure inside, SIGTERM included, removes the half-cut release and restores `tables`."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        on_term = signal.signal(signal.SIGTERM, _terminated)  # so a killed cut cleans up too
+    try:
+        yield
+    except BaseException:
+        _undo(directory, tables)
+        raise
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, on_term if on_term is not None else signal.SIG_DFL)
+
+
+def _newest_pins(version: str, directory: Path, root: Path, compile, log) -> dict[str, str]:
+    """Lock cpu without pins: the headline versions of the newest matched set become the pins."""
+    log(
+        f"release {version}: resolving the newest set (cpu, no pins, index as of "
+        f"{load(directory).resolved_before})"
+    )
+    dist_lock.lock(load(directory), ["cpu"], root, log=log, compile=compile)
+    resolved = lockfile.versions(lockfile.parse_lockfile(directory / "cpu.txt"))
+    missing = [n for n in HEADLINE if n not in resolved]
+    if missing:
+        raise CutError(f"the cpu lock has no {', '.join(missing)}; check requirements/cpu.in")
+    pins = {n: resolved[n] for n in HEADLINE}
+    log("release {}: pins {}".format(version, ", ".join(f"{n}=={v}" for n, v in pins.items())))
+    return pins
+
+
+def _lock_pinned(directory: Path, root: Path, compile, log) -> None:
+    """Every lock with the pins (constraints.txt written, sha256 recorded, pins checked)."""
+    shas = dist_lock.lock(load(directory), list(LOCKS), root, log=log, compile=compile)
+    release = load(directory)
+    if {p: release.recorded_sha256(p) for p in LOCKS} != shas:
+        raise CutError("release.toml's [locks] do not match the compiled locks")
+
+
+def _test(version: str, root: Path, skip_tests: bool, run_tests, log) -> None:
+    if skip_tests:
+        log(f"release {version}: tests skipped (--skip-tests)")
+        return
+    code = run_tests(version, root, log=log)
+    if code:
+        raise CutError(f"tests failed against {version} (exit {code}); nothing was committed")
+
+
+def _commit_cut(version: str, root: Path, tables: dict[Path, str]) -> None:
+    """The cut commit: releases/X.Y.Z and the files among `tables` the cut changed."""
+    changed = [str(p.relative_to(root)) for p in tables if p.read_text() != tables[p]]
+    committed = [f"releases/{version}", *changed]
+    _git(root, "add", "--", *committed)
+    _git(root, "commit", "--quiet", "-m", f"release {version}", "--", *committed)
+
+
+def _record_source(version: str, root: Path, toml: Path, log) -> str:
+    """A second commit names the cut commit as the release's source; branch and tag go on it."""
+    rev = _git(root, "rev-parse", "HEAD").strip()
+    try:
+        toml.write_text(source.with_source(toml.read_text(), rev))
+        message = f"release {version}: source {rev[:12]}"
+        _git(root, "commit", "--quiet", "-m", message, "--", str(toml))
+    except (OSError, CutError, source.SourceError) as err:
+        raise CutError(
+            f"{version} is committed as {rev[:12]} but its source is not recorded "
+            f'({err}); add source = "{rev}" to {toml.relative_to(root)} and commit it'
+        ) from None
+    source.recreate(version, root, log=lambda *_: None)
+    log(f"release {version}: source {rev[:12]}, branch r{version} and tag v{version} on it")
+    return rev
 
 
 _PROJECT_VERSION_RE = re.compile(r'(?ms)^(\[project\]\n(?:(?!^\[).)*?^version\s*=\s*)"[^"\n]*"')
