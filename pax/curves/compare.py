@@ -182,9 +182,26 @@ def judge(
     if not 0.0 < alpha < 1.0:
         raise CurvesError(f"the false-alarm rate must be in (0, 1), not {alpha}")
     notes = check_same_config(run, ref) if check_config else []
-    band_length = ref.config.get(RUN_LENGTH)
     if length is None:
-        length = flat_config(run.config or {}).get(RUN_LENGTH, band_length)
+        length = flat_config(run.config or {}).get(RUN_LENGTH, ref.config.get(RUN_LENGTH))
+    applicable = _applicable(run, ref, length)
+    limit = stats.tolerance(alpha, len(applicable), ref.n)
+    rows = []
+    for stat in applicable:
+        value = stat.check.value(run.curves)
+        rows.append(Row(stat, value, math.nan if value is None else _dev(value, stat), limit))
+    lines = [
+        *_header(run, ref, alpha, len(applicable), limit),
+        *_notes(run, ref, length, len(applicable)),
+        *(f"  {note}" for note in notes),
+        *_table(rows),
+    ]
+    code, conclusion, deciding = _conclusion(rows, limit, partial)
+    return Verdict(code, rows, [*lines, conclusion], deciding)
+
+
+def _applicable(run: Run, ref: Reference, length: int | None) -> list[Stat]:
+    """The reference's checks a run of `length` steps reaches (all of them when unknown)."""
     applicable = [s for s in ref.stats if length is None or s.check.last <= length]
     if not applicable:
         first = min(s.check.last for s in ref.stats)
@@ -192,26 +209,30 @@ def judge(
             f"{run.job_dir} trains {length} steps, before the reference's first check "
             f"(step {first}); train at least {first} steps"
         )
-    j, n = len(applicable), ref.n
-    limit = stats.tolerance(alpha, j, n)
-    rows = []
-    for stat in applicable:
-        value = stat.check.value(run.curves)
-        rows.append(Row(stat, value, math.nan if value is None else _dev(value, stat), limit))
-    judged = [r for r in rows if r.judged]
-    missing = [r for r in rows if not r.judged]
+    return applicable
 
-    band_env = [_env(r) for r in ref.runs]
-    run_envs = [_env(segment) for segment in history.segments(run.manifest)] or [_env(None)]
-    lines = [
+
+def _header(run: Run, ref: Reference, alpha: float, j: int, limit: float) -> list[str]:
+    """What is compared with what, in which environments, under which rule."""
+    n = ref.n
+    return [
         f"compare {run.job_dir} with reference {ref.name} ({n} {_seeds_text(ref.seeds())}, "
         f"recorded {ref.recorded_at or '?'})",
-        f"  band: {_env_text(band_env)}",
+        f"  band: {_env_text([_env(r) for r in ref.runs])}",
         f"  run:  {_history_text(run)}" + (f", seed {run.seed}" if run.seed is not None else ""),
         f"  rule: flagged when any of {j} checks strays more than {limit:.2f} s from the seeds' "
         f"mean (s: their std there); a healthy run is flagged with probability <= "
         f"{100 * alpha:g}% (Student's t, {n - 1} dof, Bonferroni over {j} checks)",
     ]
+
+
+def _notes(run: Run, ref: Reference, length: int | None, j: int) -> list[str]:
+    """What a reader should know before trusting the comparison: a shorter run, another lock
+    or platform, a fault injected on purpose, unreadable metrics."""
+    band_length = ref.config.get(RUN_LENGTH)
+    band_env = [_env(r) for r in ref.runs]
+    run_envs = [_env(segment) for segment in history.segments(run.manifest)] or [_env(None)]
+    lines = []
     if length is not None and band_length is not None and length < band_length:
         lines.append(
             f"  note: the run trains {length} of the band's {band_length} steps: judged on the "
@@ -235,9 +256,12 @@ def judge(
         )
     if run.skipped_lines:
         lines.append(f"  note: {run.skipped_lines} unreadable line(s) in metrics.jsonl skipped")
-    lines += [f"  {n_}" for n_ in notes]
+    return lines
+
+
+def _table(rows: list[Row]) -> list[str]:
     width = max(len(r.stat.check.label) for r in rows)
-    lines.append(f"  {'check':<{width}}  {'run':>8}  {'mean':>8}  {'s':>7}  {'dev (s)':>8}")
+    lines = [f"  {'check':<{width}}  {'run':>8}  {'mean':>8}  {'s':>7}  {'dev (s)':>8}"]
     for r in rows:
         dev = "not logged" if not r.judged else (f"{r.dev:+.2f}" if math.isfinite(r.dev) else "inf")
         flag = "" if not r.judged or r.inside else "  OUTSIDE"
@@ -245,31 +269,38 @@ def judge(
             f"  {r.stat.check.label:<{width}}  {_fmt(r.value):>8}  {r.stat.mean:>8.4f}  "
             f"{r.stat.std:>7.4f}  {dev:>8}{flag}"
         )
+    return lines
 
+
+def _conclusion(rows: list[Row], limit: float, partial: bool) -> tuple[int, str, Row | None]:
+    """(exit code, the verdict's last line, the deciding check)."""
+    judged = [r for r in rows if r.judged]
+    missing = [r for r in rows if not r.judged]
     outside = [r for r in judged if not r.inside]
     deciding = max(judged, key=lambda r: r.closeness) if judged else None
     if outside:  # the deciding check is then the one furthest past the limit
-        code = OUTSIDE
-        lines.append(
+        return (
+            OUTSIDE,
             f"OUTSIDE: {len(outside)} of {len(judged)} checks; deciding: "
-            f"{_decision(deciding, limit)}"
+            f"{_decision(deciding, limit)}",
+            deciding,
         )
-    elif not judged or (missing and not partial):
-        code = CANNOT_JUDGE
+    if not judged or (missing and not partial):
         what = ", ".join(r.stat.check.label for r in missing[:3])
-        lines.append(
-            f"CANNOT JUDGE: the run has not logged {len(missing)} of the {j} checks its "
+        return (
+            CANNOT_JUDGE,
+            f"CANNOT JUDGE: the run has not logged {len(missing)} of the {len(rows)} checks its "
             f"config reaches ({what}{', ...' if len(missing) > 3 else ''}): it stopped early "
-            f"or is still running (--partial judges what it has)"
+            f"or is still running (--partial judges what it has)",
+            deciding,
         )
-    else:
-        code = INSIDE
-        so_far = f" (the {len(judged)} logged so far)" if missing else ""
-        lines.append(
-            f"INSIDE: all {len(judged)} checks{so_far}; deciding (closest to its limit): "
-            f"{_decision(deciding, limit)}"
-        )
-    return Verdict(code, rows, lines, deciding)
+    so_far = f" (the {len(judged)} logged so far)" if missing else ""
+    return (
+        INSIDE,
+        f"INSIDE: all {len(judged)} checks{so_far}; deciding (closest to its limit): "
+        f"{_decision(deciding, limit)}",
+        deciding,
+    )
 
 
 def _decision(row: Row, limit: float) -> str:
