@@ -216,10 +216,8 @@ def analyze(plan: Plan, tpu: bool) -> dict:
     CPU devices (they must exist: main sets their count before jax is imported).
     """
     import jax
-    import jax.numpy as jnp
 
-    from pax.models import splash
-    from pax.parallel import pipeline, sharding
+    from pax.parallel import pipeline
     from pax.train import loop, placement
     from pax.train import state as state_lib
 
@@ -227,57 +225,11 @@ def analyze(plan: Plan, tpu: bool) -> dict:
     size = _mesh_size(cls)
     target = slice_for(plan.generation, size)
     devices = target.devices() if tpu else jax.devices()[:size]
-    # The step's cost does not depend on where tokens come from: compile against synthetic data
-    # (which has no end, so evaluations read a fixed number of batches).
-    fixed = {"DATA_SOURCE": "synthetic", "EVAL_NUM_BATCHES": 1}
-    if tpu:  # `auto` as the target resolves it, not as this CPU host would
-        if cls.CPU_KERNELS == "auto":
-            fixed["CPU_KERNELS"] = "off"
-        # A pmapped model has no mesh to say its devices are TPUs: XLA attention there.
-        pmapped = cls.ICI_MESH_SHAPE is None
-        if cls.ATTENTION_KERNEL == "auto":
-            usable = splash.usable(cls.SEQ_LEN) and not pmapped
-            fixed["ATTENTION_KERNEL"] = "splash" if usable else "xla"
-    run = loop.prepare(type(cls.__name__, (cls,), fixed)(), devices=devices)
+    run = loop.prepare(_as_on_target(cls, tpu)(), devices=devices)
     place = placement.for_run(run)
-    seq = run.task.model.seq_len
-    keys = (("inputs", jnp.int32), ("targets", jnp.int32), ("weights", jnp.float32))
-    if (
-        run.strategy == placement.PMAP
-    ):  # a replica per device (leading device axis), each with its slice of the batch
-        state = jax.tree.map(
-            lambda a: jax.ShapeDtypeStruct((size,) + a.shape, a.dtype), place.abstract
-        )
-        batch = {
-            k: jax.ShapeDtypeStruct((size, run.global_batch // size, seq), dtype)
-            for k, dtype in keys
-        }
-    else:
-        state = place.abstract
-        spec = sharding.batch_sharding(run.mesh)
-        batch = {
-            k: jax.ShapeDtypeStruct((run.global_batch, seq), dtype, sharding=spec)
-            for k, dtype in keys
-        }
+    state, batch = _abstract_inputs(run, place, size)
     start = time.perf_counter()
-    available, error = None, None
-    try:
-        compiled = place.train_step.lower(state, batch).compile()
-    except Exception as e:  # the TPU compiler refuses a step that does not fit its HBM
-        found = tpu and parse_out_of_memory(str(e))
-        if not found:
-            raise
-        (per_device, available), error = found, str(e).splitlines()[0][:300]
-        temp = per_device  # what the compiler names: its temporaries alone
-    else:
-        mem = compiled.memory_analysis()
-        per_device = (
-            mem.argument_size_in_bytes
-            + mem.output_size_in_bytes
-            - mem.alias_size_in_bytes
-            + mem.temp_size_in_bytes
-        )
-        temp = mem.temp_size_in_bytes
+    per_device, temp, available, error = _compiled_memory(place, state, batch, tpu)
     seconds = time.perf_counter() - start
     stages, microbatches = run.task.mesh.num_stages, run.task.mesh.num_microbatches
     return {
@@ -315,6 +267,70 @@ def analyze(plan: Plan, tpu: bool) -> dict:
         "hbm_available_bytes": available,
         "compile_s": seconds,
     }
+
+
+def _as_on_target(cls: type, tpu: bool) -> type:
+    """The experiment on synthetic data, with its `auto` kernels resolved as the target would."""
+    from pax.models import splash
+
+    # The step's cost does not depend on where tokens come from: compile against synthetic data
+    # (which has no end, so evaluations read a fixed number of batches).
+    fixed = {"DATA_SOURCE": "synthetic", "EVAL_NUM_BATCHES": 1}
+    if tpu:  # `auto` as the target resolves it, not as this CPU host would
+        if cls.CPU_KERNELS == "auto":
+            fixed["CPU_KERNELS"] = "off"
+        # A pmapped model has no mesh to say its devices are TPUs: XLA attention there.
+        pmapped = cls.ICI_MESH_SHAPE is None
+        if cls.ATTENTION_KERNEL == "auto":
+            usable = splash.usable(cls.SEQ_LEN) and not pmapped
+            fixed["ATTENTION_KERNEL"] = "splash" if usable else "xla"
+    return type(cls.__name__, (cls,), fixed)
+
+
+def _abstract_inputs(run, place, size: int) -> tuple:
+    """The train step's (state, batch) as shapes, laid out as the run's strategy places them."""
+    import jax
+    import jax.numpy as jnp
+
+    from pax.parallel import sharding
+    from pax.train import placement
+
+    seq = run.task.model.seq_len
+    keys = (("inputs", jnp.int32), ("targets", jnp.int32), ("weights", jnp.float32))
+    if run.strategy == placement.PMAP:
+        # a replica per device (leading device axis), each with its slice of the batch
+        state = jax.tree.map(
+            lambda a: jax.ShapeDtypeStruct((size,) + a.shape, a.dtype), place.abstract
+        )
+        shape = (size, run.global_batch // size, seq)
+        return state, {k: jax.ShapeDtypeStruct(shape, dtype) for k, dtype in keys}
+    spec = sharding.batch_sharding(run.mesh)
+    shape = (run.global_batch, seq)
+    return place.abstract, {
+        k: jax.ShapeDtypeStruct(shape, dtype, sharding=spec) for k, dtype in keys
+    }
+
+
+def _compiled_memory(place, state, batch, tpu: bool) -> tuple:
+    """(per-chip bytes, temporaries' bytes, usable HBM, compile error) of the compiled step;
+    the last two are None unless the TPU compiler refused it for want of HBM."""
+    try:
+        compiled = place.train_step.lower(state, batch).compile()
+    except Exception as e:  # the TPU compiler refuses a step that does not fit its HBM
+        found = tpu and parse_out_of_memory(str(e))
+        if not found:
+            raise
+        per_device, available = found
+        # what the compiler names is its temporaries alone
+        return per_device, per_device, available, str(e).splitlines()[0][:300]
+    mem = compiled.memory_analysis()
+    per_device = (
+        mem.argument_size_in_bytes
+        + mem.output_size_in_bytes
+        - mem.alias_size_in_bytes
+        + mem.temp_size_in_bytes
+    )
+    return per_device, mem.temp_size_in_bytes, None, None
 
 
 def _gib(n: float) -> str:
@@ -390,7 +406,7 @@ def _report(r: dict) -> str:
     )
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("experiments", nargs="*", help="default: every Pax reference experiment")
     parser.add_argument(
@@ -417,7 +433,11 @@ def main(argv=None) -> int:
         help="write the results here (default with no experiments: "
         "docs/aot.json, and README's table from it)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     reference_set = not args.experiments
     try:
         if reference_set:
@@ -446,21 +466,41 @@ def main(argv=None) -> int:
             "upper bound); the release's tpu env has the TPU compiler (./noxw -s aot)",
             file=sys.stderr,
         )
+    _compile_on_this_host(max(sizes))
+    results, failed = _plan_all(plans, tpu=libtpu is not None)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+            f.write("\n")
+    if reference_set and Path(args.json) == AOT_JSON:
+        refresh_readme()
+    if failed:
+        print(f"pax aot: did not compile or does not fit: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _compile_on_this_host(devices: int) -> None:
+    """Set up, before jax is imported, a CPU backend with `devices` virtual devices."""
     # Virtual CPU devices for XLA:CPU's plans; a TPU plan's devices are the topology's, and
     # this host's backend stays the CPU (no TPU is opened, whether or not one is attached).
     os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={max(sizes)}"
+        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices}"
     )
     os.environ["JAX_PLATFORMS"] = "cpu"
     # libtpu takes a machine-wide lockfile when it loads, meant for the process that drives the
     # chips; compiling for a topology opens none, so plans may run beside each other (and
     # beside a training run on a TPU host).
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+
+def _plan_all(plans: list[Plan], tpu: bool) -> tuple[list[dict], list[str]]:
+    """Each plan's result, printed as it comes, and the labels of those that failed: did not
+    compile, or do not fit where the TPU compiler says they should."""
     results, failed = [], []
     for plan in plans:
         label = " ".join([plan.experiment, *plan.sets, f"on {plan.generation}"])
         try:
-            r = analyze(plan, tpu=libtpu is not None)
+            r = analyze(plan, tpu=tpu)
         except UsageError as e:
             report("pax aot", f"{label}: {e}")
             failed.append(label)
@@ -477,15 +517,7 @@ def main(argv=None) -> int:
             failed.append(label)
         else:
             print("  XLA:CPU's plan is an upper bound; the TPU compiler's decides", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-            f.write("\n")
-    if reference_set and Path(args.json) == AOT_JSON:
-        refresh_readme()
-    if failed:
-        print(f"pax aot: did not compile or does not fit: {', '.join(failed)}", file=sys.stderr)
-    return 1 if failed else 0
+    return results, failed
 
 
 if __name__ == "__main__":
