@@ -105,3 +105,13 @@ def tiny_job(tmp_path_factory):
 def tiny_job_copy(tiny_job, tmp_path):
     """A private copy of `tiny_job` for a test that resumes, corrupts or writes into it."""
     return Path(shutil.copytree(tiny_job, tmp_path / "job", symlinks=True))
+
+
+@pytest.fixture(scope="session")
+def pax_main(tmp_path_factory):
+    """Runs `python -m pax.main ARGS` as a process of its own: tests.helpers.PaxMain."""
+    from tests.helpers import PaxMain
+
+    main = PaxMain(tmp_path_factory.mktemp("pax_main"))
+    yield main
+    main.close()

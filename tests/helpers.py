@@ -1,10 +1,16 @@
 """Shared pieces of the trainer tests: a tiny experiment and a TensorBoard event reader."""
 
 import json
+import os
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
-from pax import envinfo
+from pax import envinfo, paths
 from pax.tasks.lm.params.lm_cloud import LmCloudSpmdTiny
+
+ROOT = str(paths.ROOT)
 
 # A release other than the one the tests run on (./noxw -s test -- 1.3.0 runs them on 1.3.0), for
 # the tests of a run resumed under another release.
@@ -63,3 +69,60 @@ def read_scalars(event_file) -> dict:
             for value in event.summary.value:
                 scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
     return scalars
+
+
+# A process that has imported pax.main forks one child per command: each child is a process of
+# its own (flags, devices, stdout, stderr, exit status) without importing jax, flax and orbax
+# again, which is most of a short command's seconds.
+_FORK_SERVER = r"""
+import json, os, sys
+import pax.main
+
+for line in sys.stdin:
+    request = json.loads(line)
+    pid = os.fork()
+    if not pid:
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        sys.argv = ["pax.main", *request["args"]]
+        pax.main.run()  # its SystemExit ends the child as it ends `python -m pax.main`
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
+class PaxMain:
+    """`python -m pax.main ARGS` for a test: `run(*args, devices=1)` returns a
+    subprocess.CompletedProcess (returncode, stdout, stderr), run in the checkout on CPU."""
+
+    def __init__(self, folder: Path):
+        self._folder = folder
+        self._server = None
+
+    def run(self, *args: str, devices: int = 1, cwd: str = ROOT) -> subprocess.CompletedProcess:
+        if self._server is None:
+            env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
+            self._server = subprocess.Popen(
+                [sys.executable, "-c", _FORK_SERVER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=ROOT,
+            )
+        out, err = self._folder / "stdout", self._folder / "stderr"
+        flags = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+        request = {"args": args, "env": flags, "cwd": str(cwd), "stdout": str(out)}
+        self._server.stdin.write(json.dumps({**request, "stderr": str(err)}) + "\n")
+        self._server.stdin.flush()
+        status = self._server.stdout.readline()
+        assert status, "the pax.main fork server stopped"
+        return subprocess.CompletedProcess(
+            ["pax.main", *args], int(status), out.read_text(), err.read_text()
+        )
+
+    def close(self):
+        if self._server is not None:
+            self._server.stdin.close()
+            self._server.wait(timeout=60)

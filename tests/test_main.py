@@ -2,92 +2,59 @@
 
 import os
 import subprocess
-import sys
 
 import pytest
 
-from pax import paths
-
-ROOT = str(paths.ROOT)
-
-
-def _main(*args, devices=1):
-    env = {
-        **os.environ,
-        "PYTHONPATH": ROOT,
-        "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "pax.main", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-    )
+TINY = "--exp=LmCloudSpmdTiny"
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
         (
-            ["--exp=LmCloudSpmdTinny"],
+            "--exp=LmCloudSpmdTinny",
             "unknown experiment 'LmCloudSpmdTinny'; closest: "
             "tasks.lm.params.lm_cloud.LmCloudSpmdTiny",
         ),
-        (["--exp=LmCloudSpmdTiny", "--set=NUM_LAYER=2"], "unknown hyper-parameter 'NUM_LAYER'"),
-        (["--exp=LmCloudSpmdTiny", "--set=NUM_LAYERS=2.5"], "bad value for NUM_LAYERS"),
+        ("--set=NUM_LAYER=2", "unknown hyper-parameter 'NUM_LAYER'"),
+        ("--set=NUM_LAYERS=2.5", "bad value for NUM_LAYERS"),
+        ("--set=ICI_MESH_SHAPE=[1,4,1]", "needs 4 devices but 1 cpu device(s) are available"),
+        ("--exp=C4Spmd1BAdam4Replicas --set=ICI_MESH_SHAPE=[1,1,1]", "DATA_SOURCE=c4"),
+        ("--mode=bake", "value should be one of"),
         (
-            ["--exp=LmCloudSpmdTiny", "--set=ICI_MESH_SHAPE=[1,4,1]"],
-            "needs 4 devices but 1 cpu device(s) are available",
-        ),
-        (["--exp=C4Spmd1BAdam4Replicas", "--set=ICI_MESH_SHAPE=[1,1,1]"], "DATA_SOURCE=c4"),
-        (["--exp=LmCloudSpmdTiny", "--mode=bake"], "value should be one of"),
-        (
-            ["--exp=LmCloudSpmdTiny", "--set=ACTIVATION=relu2"],
+            "--set=ACTIVATION=relu2",
             "bad value for ACTIVATION: 'relu2' is not one of relu, gelu, swiglu, geglu",
         ),
         # Attributes whose default is None are typed too.
+        ("--set=DIMS_PER_HEAD=abc", "bad value for DIMS_PER_HEAD: 'abc' is not an int or None"),
         (
-            ["--exp=LmCloudSpmdTiny", "--set=DIMS_PER_HEAD=abc"],
-            "bad value for DIMS_PER_HEAD: 'abc' is not an int or None",
-        ),
-        (
-            ["--exp=LmCloudSpmdTiny", "--set=TARGET_LOG_PPLX=low"],
+            "--set=TARGET_LOG_PPLX=low",
             "bad value for TARGET_LOG_PPLX: 'low' is not a float or None",
         ),
-        (["--exp=LmCloudSpmdTiny", "--set=EVAL_NUM_BATCHES=0"], "is below the minimum 1"),
-        (["--exp=LmCloudSpmdTiny", "--set=MAX_SEQ_LEN=64"], "Pax's MAX_SEQ_LEN is SEQ_LEN here"),
+        ("--set=EVAL_NUM_BATCHES=0", "is below the minimum 1"),
+        ("--set=MAX_SEQ_LEN=64", "Pax's MAX_SEQ_LEN is SEQ_LEN here"),
+        ("--set=PER_CORE_BATCH_SIZE=8", "did you mean PERCORE_BATCH_SIZE"),
+        ("--set=ICI_MESH_SHAPE=[1,-1,-1]", "at most one -1"),
         (
-            ["--exp=LmCloudSpmdTiny", "--set=PER_CORE_BATCH_SIZE=8"],
-            "did you mean PERCORE_BATCH_SIZE",
-        ),
-        (["--exp=LmCloudSpmdTiny", "--set=ICI_MESH_SHAPE=[1,-1,-1]"], "at most one -1"),
-        (
-            ["--exp=LmCloudSpmdTiny", "--set=NUM_HEADS=8", "--set=DIMS_PER_HEAD=64"],
+            "--set=NUM_HEADS=8 --set=DIMS_PER_HEAD=64",
             "NUM_HEADS=8 x DIMS_PER_HEAD=64 != MODEL_DIMS=256",
         ),
         (
-            ["--exp=C4SpmdPipelineGpt3SmallAdam64Replicas", "--set=NUM_MICROBATCHES=4"],
+            "--exp=C4SpmdPipelineGpt3SmallAdam64Replicas --set=NUM_MICROBATCHES=4",
             "exactly one of NUM_MICROBATCHES and MICROBATCH_SIZE",
         ),
-        (["--exp=LmCloudSpmdTiny", "--set=NUM_KV_HEADS=3"], "not a multiple of NUM_KV_HEADS=3"),
-        (["--exp=LmCloudSpmdTiny", "--set=SEQ_LEN=1000000"], "fewer than SEQ_LEN+1"),
+        ("--set=NUM_KV_HEADS=3", "not a multiple of NUM_KV_HEADS=3"),
+        ("--set=SEQ_LEN=1000000", "fewer than SEQ_LEN+1"),
         # Hints are quoted, so they paste into a shell as they are.
-        (
-            ["--exp=LmCloudSpmdTiny", "--set=ICI_MESH_SHAPE=abc"],
-            "e.g. --set 'ICI_MESH_SHAPE=(1, -1, 1)'",
-        ),
-        (
-            ["--exp=LmCloudSpmdTiny", "--set=ICI_MESH_SHAPE=[1,4,1]"],
-            "e.g. --set 'ICI_MESH_SHAPE=[1,-1,1]'",
-        ),
+        ("--set=ICI_MESH_SHAPE=abc", "e.g. --set 'ICI_MESH_SHAPE=(1, -1, 1)'"),
+        ("--set=ICI_MESH_SHAPE=[1,4,1]", "e.g. --set 'ICI_MESH_SHAPE=[1,-1,1]'"),
     ],
 )
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(pax_main, tmp_path, args, message):
+    """ARGS are the experiment LmCloudSpmdTiny's unless they name another."""
+    args = args.split() if "--exp=" in args else [TINY, *args.split()]
     job_dir = tmp_path / "job"
-    result = _main(*args, f"--job_log_dir={job_dir}")
+    result = pax_main.run(*args, f"--job_log_dir={job_dir}")
     assert result.returncode == 2, result.stderr
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, result.stderr
@@ -95,22 +62,22 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message
     assert not job_dir.exists()
 
 
-def test_missing_job_log_dir(tmp_path):
-    result = _main("--exp=LmCloudSpmdTiny")
+def test_missing_job_log_dir(pax_main, tmp_path):
+    result = pax_main.run(TINY)
     assert result.returncode == 2
     assert "--job_log_dir is required" in result.stderr
 
 
-def test_list_experiments():
-    result = _main("--list_experiments")
+def test_list_experiments(pax_main):
+    result = pax_main.run("--list_experiments")
     assert result.returncode == 0
     assert "tasks.lm.params.c4.C4Spmd1BAdam4Replicas" in result.stdout.split()
     line = next(ln for ln in result.stdout.splitlines() if "C4Spmd1BAdam4Replicas " in ln)
     assert "13 x 2560 (20 heads x 128, FFN 10240), seq 1024, vocab 32000, adam lr 0.001" in line
 
 
-def test_describe_names_where_each_value_came_from():
-    result = _main("--describe=LmCloudSpmdTiny", "--set=NUM_LAYERS=3")
+def test_describe_names_where_each_value_came_from(pax_main):
+    result = pax_main.run("--describe=LmCloudSpmdTiny", "--set=NUM_LAYERS=3")
     assert result.returncode == 0, result.stderr
     rows = {ln.split()[0]: ln for ln in result.stdout.splitlines()[1:] if ln.startswith("  ")}
     assert rows["NUM_LAYERS"].split()[1:] == ["3", "--set"]
@@ -121,23 +88,23 @@ def test_describe_names_where_each_value_came_from():
     assert rows["FFN_HAS_BIAS"].split()[1:3] == ["True", "default"]
     assert "derived: MODEL_DIMS // NUM_HEADS" in rows["DIMS_PER_HEAD"]
     assert "[Pax: MAX_SEQ_LEN]" in rows["SEQ_LEN"]
-    bad = _main("--describe=LmCloudSpmdTiny", "--set=DIMS_PER_HEAD=abc")
+    bad = pax_main.run("--describe=LmCloudSpmdTiny", "--set=DIMS_PER_HEAD=abc")
     assert bad.returncode == 2 and "DIMS_PER_HEAD" in bad.stderr
 
 
-def test_eval_without_checkpoint_is_a_usage_error(tmp_path):
-    result = _main("--exp=LmCloudSpmdTiny", "--mode=eval", f"--job_log_dir={tmp_path / 'job'}")
+def test_eval_without_checkpoint_is_a_usage_error(pax_main, tmp_path):
+    result = pax_main.run(TINY, "--mode=eval", f"--job_log_dir={tmp_path / 'job'}")
     assert result.returncode == 2
     assert "no complete checkpoint" in result.stderr
     assert not (tmp_path / "job").exists()
 
 
-def test_a_weight_the_mesh_cannot_split_is_exit_2_naming_it_and_the_fix(tmp_path):
+def test_a_weight_the_mesh_cannot_split_is_exit_2_naming_it_and_the_fix(pax_main, tmp_path):
     """GPT-3's vocabulary over a 4-way `mdl`: refused (jax places no uneven shards) rather than
     replicated on every device, before anything is written."""
     job_dir = tmp_path / "job"
-    args = ["--exp=LmCloudSpmdTiny", "--set=VOCAB_SIZE=50257", "--set=ICI_MESH_SHAPE=[1,1,4]"]
-    result = _main(*args, f"--job_log_dir={job_dir}", devices=4)
+    args = [TINY, "--set=VOCAB_SIZE=50257", "--set=ICI_MESH_SHAPE=[1,1,4]"]
+    result = pax_main.run(*args, f"--job_log_dir={job_dir}", devices=4)
     assert result.returncode == 2, result.stderr
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, result.stderr
@@ -149,9 +116,9 @@ def test_a_weight_the_mesh_cannot_split_is_exit_2_naming_it_and_the_fix(tmp_path
     assert not job_dir.exists()
 
 
-def test_a_file_in_place_of_the_job_dir_is_one_line(tmp_path):
+def test_a_file_in_place_of_the_job_dir_is_one_line(pax_main, tmp_path):
     (tmp_path / "runs").write_text("not a folder")
-    result = _main("--exp=LmCloudSpmdTiny", f"--job_log_dir={tmp_path}/runs/tiny")
+    result = pax_main.run(TINY, f"--job_log_dir={tmp_path}/runs/tiny")
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [
         f"pax: error: --job_log_dir={tmp_path}/runs/tiny: {tmp_path}/runs is a file, not a "
@@ -179,9 +146,9 @@ def read_only(tmp_path):
     subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
-def test_an_unwritable_job_dir_is_one_line(read_only):
+def test_an_unwritable_job_dir_is_one_line(pax_main, read_only):
     # As an image run with `-v DIR:/out` where the image's user cannot write DIR.
-    result = _main("--exp=LmCloudSpmdTiny", f"--job_log_dir={read_only}/tiny")
+    result = pax_main.run(TINY, f"--job_log_dir={read_only}/tiny")
     assert result.returncode == 2, result.stderr
     uid = os.getuid()
     assert result.stderr.splitlines() == [

@@ -39,19 +39,21 @@ SHORT_RUN = [
 ]
 
 
-def _main(*args, wait=True):
+def _start(*args):
     env = {
         **os.environ,
         "PYTHONPATH": ROOT,
         "JAX_PLATFORMS": "cpu",
         "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
     }
-    command = [sys.executable, "-m", "pax.main", *args]
-    if not wait:
-        return subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
-        )
-    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pax.main", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 @pytest.fixture
@@ -71,8 +73,8 @@ def _records(path):
         return [json.loads(line) for line in f]
 
 
-def test_decode_once_prints_and_writes_continuations(job):
-    result = _main(
+def test_decode_once_prints_and_writes_continuations(pax_main, job):
+    result = pax_main.run(
         *TINY,
         f"--job_log_dir={job}",
         "--mode=decode_once",
@@ -95,25 +97,25 @@ def test_decode_once_prints_and_writes_continuations(job):
 # Slow tier: two more runs; sampling and the decode set are the fast tier's in test_sampling and
 # test_prompts, decode_once end to end in the test above.
 @pytest.mark.slow
-def test_decode_once_samples_the_experiments_decode_set(job, tmp_path):
+def test_decode_once_samples_the_experiments_decode_set(pax_main, job, tmp_path):
     args = [*TINY, f"--job_log_dir={job}", "--mode=decode_once", "--num_prompts=3"]
     args += ["--max_new_tokens=6", "--sampling=sample", "--top_k=20", "--decode_seed=5"]
-    first = _main(*args)
+    first = pax_main.run(*args)
     assert first.returncode == 0, first.stderr
     path = job / "decoder_out" / "embedded" / "decoder_out_6_shard_0.jsonl"
     records = _records(path)
     assert len(records) == 3 and all(r["completion_tokens"] == 6 for r in records)
     assert records[0]["sampling"]["top_k"] == 20 and records[0]["seed"] == 5
     # The same seed draws the same tokens; the file is rewritten whole.
-    assert _main(*args).returncode == 0
+    assert pax_main.run(*args).returncode == 0
     assert _records(path) == records
 
 
 # Slow tier: three runs at once; the fast tier's decode mode is the two tests below.
 @pytest.mark.slow
-def test_decode_follows_checkpoints_as_training_writes_them(tmp_path):
+def test_decode_follows_checkpoints_as_training_writes_them(pax_main, tmp_path):
     job = tmp_path / "job"
-    follower = _main(
+    follower = _start(
         *TINY,
         *SHORT_RUN,
         f"--job_log_dir={job}",
@@ -122,10 +124,9 @@ def test_decode_follows_checkpoints_as_training_writes_them(tmp_path):
         "--max_new_tokens=3",
         "--decode_poll_s=0.2",
         "--decode_wait_s=300",
-        wait=False,
     )
     try:
-        first = _main(*TINY, *SHORT_RUN, "--set=NUM_TRAIN_STEPS=3", f"--job_log_dir={job}")
+        first = pax_main.run(*TINY, *SHORT_RUN, "--set=NUM_TRAIN_STEPS=3", f"--job_log_dir={job}")
         assert first.returncode == 0, first.stderr
         out = job / "decoder_out" / "prompts"
         deadline = time.monotonic() + 300
@@ -133,7 +134,7 @@ def test_decode_follows_checkpoints_as_training_writes_them(tmp_path):
             assert follower.poll() is None, follower.communicate()
             assert time.monotonic() < deadline, "step 3 was not decoded"
             time.sleep(0.5)
-        second = _main(*TINY, *SHORT_RUN, f"--job_log_dir={job}")  # resumes to step 6
+        second = pax_main.run(*TINY, *SHORT_RUN, f"--job_log_dir={job}")  # resumes to step 6
         assert second.returncode == 0, second.stderr
         _, stderr = follower.communicate(timeout=300)
     finally:
@@ -144,19 +145,19 @@ def test_decode_follows_checkpoints_as_training_writes_them(tmp_path):
     assert _records(out / "decoder_out_6_shard_0.jsonl")[0]["step"] == 6
 
 
-def test_decode_skips_what_it_decoded_before_and_stops_at_the_last_step(job):
+def test_decode_skips_what_it_decoded_before_and_stops_at_the_last_step(pax_main, job):
     args = [*TINY, *SHORT_RUN, f"--job_log_dir={job}", "--mode=decode", "--prompt=x"]
     args += ["--max_new_tokens=2", "--decode_poll_s=0.1"]
-    assert _main(*args).returncode == 0
+    assert pax_main.run(*args).returncode == 0
     out = job / "decoder_out" / "prompts" / "decoder_out_6_shard_0.jsonl"
     written = out.stat().st_mtime_ns
-    again = _main(*args)
+    again = pax_main.run(*args)
     assert again.returncode == 0 and "decoded before" in again.stderr
     assert out.stat().st_mtime_ns == written
 
 
-def test_decode_gives_up_waiting_after_decode_wait_s(tmp_path):
-    result = _main(
+def test_decode_gives_up_waiting_after_decode_wait_s(pax_main, tmp_path):
+    result = pax_main.run(
         *TINY,
         f"--job_log_dir={tmp_path / 'job'}",
         "--mode=decode",
@@ -177,8 +178,8 @@ def test_decode_gives_up_waiting_after_decode_wait_s(tmp_path):
         (["--top_p=1.5"], "top_p 1.5 must be in (0, 1]"),
     ],
 )
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(job, args, message):
-    result = _main(*TINY, f"--job_log_dir={job}", "--mode=decode_once", *args)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(pax_main, job, args, message):
+    result = pax_main.run(*TINY, f"--job_log_dir={job}", "--mode=decode_once", *args)
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
@@ -206,9 +207,9 @@ def test_more_bad_input_is_a_usage_error_before_anything_runs(trained, attrs, op
     assert not (trained / "decoder_out").exists()
 
 
-def test_no_checkpoint_is_a_usage_error_and_creates_nothing(tmp_path):
+def test_no_checkpoint_is_a_usage_error_and_creates_nothing(pax_main, tmp_path):
     job = tmp_path / "job"
-    result = _main(*TINY, f"--job_log_dir={job}", "--mode=decode_once", "--prompt=x")
+    result = pax_main.run(*TINY, f"--job_log_dir={job}", "--mode=decode_once", "--prompt=x")
     assert result.returncode == 2, result.stderr
     assert f"no checkpoint in {job}/checkpoints; train first" in result.stderr
     assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1
