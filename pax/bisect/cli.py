@@ -88,11 +88,34 @@ def import_root(folder: Path) -> Path:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The options before `--`, with COMMAND (the words after it) and the verdict rule."""
     if "--" in argv:
         cut = argv.index("--")
         argv, command = argv[:cut], argv[cut + 1 :]
     else:
         command = []
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not command:
+        parser.error("name the COMMAND after `--`, e.g. -- python -c 'import jax'")
+    args.rule = _rule(args, parser)
+    args.command = command
+    return args
+
+
+def _rule(args: argparse.Namespace, parser: _Parser) -> Rule:
+    """The verdict rule --flaky, --retries and --passes ask for; a usage error when they clash."""
+    if args.flaky and (args.retries is not None or args.passes is not None):
+        parser.error("--flaky is --retries 4 --passes 1: give either the preset or the numbers")
+    if args.retries is not None and args.retries < 0:
+        parser.error("--retries must be 0 or more")
+    runs = (args.retries or 0) + 1
+    if args.passes is not None and not 1 <= args.passes <= runs:
+        parser.error(f"--passes must be between 1 and the {runs} run(s) --retries allows")
+    return FLAKY if args.flaky else Rule(runs, args.passes or 1)
+
+
+def _parser() -> _Parser:
     parser = _Parser(
         prog="python -m pax.bisect",
         usage="%(prog)s --good A --bad B [--platform cpu] [options] -- COMMAND...",
@@ -169,19 +192,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="then, within a single culprit package, bisect the releases the "
         "index published between its GOOD and BAD versions",
     )
-    args = parser.parse_args(argv)
-    if not command:
-        parser.error("name the COMMAND after `--`, e.g. -- python -c 'import jax'")
-    if args.flaky and (args.retries is not None or args.passes is not None):
-        parser.error("--flaky is --retries 4 --passes 1: give either the preset or the numbers")
-    if args.retries is not None and args.retries < 0:
-        parser.error("--retries must be 0 or more")
-    runs = (args.retries or 0) + 1
-    if args.passes is not None and not 1 <= args.passes <= runs:
-        parser.error(f"--passes must be between 1 and the {runs} run(s) --retries allows")
-    args.rule = FLAKY if args.flaky else Rule(runs, args.passes or 1)
-    args.command = command
-    return args
+    return parser
 
 
 def default_out() -> Path:
