@@ -22,7 +22,7 @@ from benchmarks import table as bench_table
 from pax.bisect import cli as bisect_cli
 from pax.curves import band as refs
 from pax.docs import blocks as doc_blocks
-from pax.environments import runs, test_runner, venv
+from pax.environments import runs, testtools, venv
 from pax.images import cli as images_cli
 from pax.launch import render as launch
 from pax.paths import ROOT
@@ -81,10 +81,10 @@ def test(session: nox.Session) -> None:
     if platform != "cpu":  # one process holds the chip; the tier selects itself by its marker
         args = ["-m", "accelerator", "--full", "-p", "no:xdist", *args]
     with _errors(session, RuntimeError):
-        variables = test_runner.prepare(env, log=session.log)
+        variables = testtools.prepare(env, log=session.log)
     # Tests choose their own devices (conftest sets XLA_FLAGS before jax loads).
     targets = [] if any(Path(a.split("::")[0]).exists() for a in args) else ["tests"]
-    args = [*targets, *test_runner.pytest_args(args), *args]
+    args = [*targets, *testtools.pytest_args(args), *args]
     session.run(str(env.python), "-m", "pytest", *args, env=variables, external=True)
 
 
@@ -285,8 +285,8 @@ def tutorial(session: nox.Session) -> None:
     env = _env(session, _release(session, list(session.posargs)), "cpu")
     # The notebook runs on the one CPU device a reader has, not on virtual devices.
     with _errors(session, RuntimeError):
-        run_env = {**test_runner.prepare(env, log=session.log), "XLA_FLAGS": ""}
-    execute = [env.python, *test_runner.JUPYTER_EXECUTE, "--inplace", "--timeout=3000"]
+        run_env = {**testtools.prepare(env, log=session.log), "XLA_FLAGS": ""}
+    execute = [env.python, *testtools.JUPYTER_EXECUTE, "--inplace", "--timeout=3000"]
     session.run(*execute, ROOT / "docs" / "tutorial.ipynb", env=run_env, external=True)
 
 

@@ -4,12 +4,14 @@
 - pip-compile lockfiles with hashes (`parse_lockfile`: canonical name -> version + hashes),
 - wheel filenames (`parse_wheel_filename`),
 - what an environment has installed, and how that differs from a lock (`installed`,
-  `installed_in`, `differences`), and where two locks disagree (`disagreements`).
+  `installed_in`, `differences`, each difference's one line of text `difference_text`), and
+  where two locks disagree (`disagreements`).
 
-Standard library only, so the trainer (pax.envinfo), the distribution packages in the tools
-venv and an image's runtime venv all read packages the same way; `python -I lockfile.py` lists
-what any interpreter's environment holds without importing pax there. The tests compare this
-module with packaging (canonicalize_name, parse_wheel_filename) on messy inputs.
+Standard library only (and pax.errors, where pax is importable), so the trainer (pax.envinfo),
+the distribution packages in the tools venv and an image's runtime venv all read packages the
+same way; `python -I lockfile.py` lists what any interpreter's environment holds, whether or not
+pax is there. The tests compare this module with packaging (canonicalize_name,
+parse_wheel_filename) on messy inputs.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
+try:
+    from pax.errors import PaxError
+except ImportError:  # run as a script, or in an image as pax_lockfile.py beside an older pax
+
+    class PaxError(Exception):
+        """pax.errors.PaxError where pax is not importable."""
+
+
 _NAME_RE = re.compile(r"[-_.]+")
 _PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*===?\s*([^\s;\\]+)")
 _HASH_RE = re.compile(r"--hash=(\w+:[0-9a-fA-F]+)")
@@ -31,7 +41,7 @@ _WHEEL_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?$")
 _BUILD_TAG_RE = re.compile(r"^\d[^-]*$")
 
 
-class LockfileError(ValueError):
+class LockfileError(PaxError, ValueError):
     """A lockfile line that is not `name==version` with hashes."""
 
 
@@ -164,6 +174,16 @@ def differences(have: dict[str, str], locked: dict[str, str], ignore=("pax",)) -
             kind = "extra" if want is None else "missing" if got is None else "changed"
             rows.append({"package": name, "locked": want, "installed": got, "kind": kind})
     return rows
+
+
+def difference_text(row: dict) -> str:
+    """One row of `differences` as the one line every report of a drifted env shows."""
+    name, locked, have = row["package"], row["locked"], row["installed"]
+    if row["kind"] == "missing":
+        return f"{name}=={locked} is in the lock but not installed"
+    if row["kind"] == "extra":
+        return f"{name}=={have} is installed but not in the lock"
+    return f"{name}: lock pins {locked}, installed {have}"
 
 
 def disagreements(ours: dict[str, str], theirs: dict[str, str]) -> dict[str, tuple[str, str]]:

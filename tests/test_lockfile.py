@@ -173,6 +173,11 @@ def test_differences():
         ("c", "extra"),
         ("d", "missing"),
     ]
+    assert [lockfile.difference_text(r) for r in rows] == [
+        "b: lock pins 2.1, installed 2",
+        "c==3 is installed but not in the lock",
+        "d==4 is in the lock but not installed",
+    ]
     assert lockfile.differences({"a": "1"}, {"a": "1"}) == []
 
 

@@ -20,9 +20,10 @@ import subprocess
 from pathlib import Path
 
 from pax import lockfile
+from pax.environments.install import install_into_folder, requirement_line
 from pax.environments.venv import Env, locked
+from pax.errors import PaxError
 from pax.paths import ROOT
-from pax.pip import pip_env, pip_python, uv_binary, uv_env
 
 LOCK = ROOT / "requirements" / "test-runner.txt"  # releases without a test lock
 STAMP = "test-runner-lock.sha256"
@@ -33,7 +34,7 @@ MAX_WORKERS = 4  # each worker holds its own jax, compilation and shared tiny ru
 JUPYTER_EXECUTE = ("-c", "import sys; from nbclient.cli import main; sys.exit(main())")
 
 
-class ToolsError(RuntimeError):
+class ToolsError(PaxError, RuntimeError):
     """The test tools could not be installed beside the env."""
 
 
@@ -50,27 +51,11 @@ def requirements(env: Env) -> str:
     product = lockfile.versions(lockfile.parse_lockfile(env.lockfile))
     tools = lockfile.parse_lockfile(env.release.test_lock)
     lines = [f"# releases/{env.release.dir.name}/test.txt less what cpu.txt pins"]
-    for name, pin in sorted(tools.items()):
-        if name not in product:
-            lines.append(f"{name}=={pin.version} " + " ".join(f"--hash={h}" for h in pin.hashes))
+    lines += [requirement_line(pin) for name, pin in sorted(tools.items()) if name not in product]
     return "\n".join(lines) + "\n"
 
 
-def install(python: Path, requirements_file: Path, target: Path) -> str:
-    """Hashed requirements, without dependencies, into the folder `target` for `python`; returns
-    the installer used (uv where the tools venv has it, pip otherwise)."""
-    args = ["--target", str(target), "--no-deps", "--require-hashes", "-r", str(requirements_file)]
-    uv = uv_binary()
-    if uv:
-        command = [uv, "pip", "install", "--no-config", "--quiet", "--python", str(python)]
-        subprocess.run(command + args, check=True, env=uv_env())
-        return "uv"
-    command = [pip_python(), "-m", "pip", "--python", str(python), "install", "--quiet"]
-    subprocess.run(command + args, check=True, env=pip_env())
-    return "pip"
-
-
-def ensure(env: Env, log=print, install=install) -> Path:
+def ensure(env: Env, log=print, install=install_into_folder) -> Path:
     """The tools folder for `env`, (re)installed when what it should hold changed; whole or absent:
     it is filled under another name and renamed, so a killed install leaves no half folder."""
     target = path(env)

@@ -1,7 +1,6 @@
 """One pinned environment per (release, platform): `.venv/pax-<version>-<platform>`.
 
-Built from the release's lockfile alone (`uv pip sync --require-hashes`, or pip's
-`install --require-hashes --no-deps` where uv is missing), so it
+Built from the release's lockfile alone (pax.environments.install.install_lock), so it
 holds exactly the lock: no pip, no setuptools, not even pax itself (sessions put the repo on
 PYTHONPATH). Its identity file (pax.envinfo: release, platform, lockfile, lock sha256, locked
 versions) is written only after the env verifies, and is what the trainer's manifest and
@@ -16,13 +15,14 @@ import dataclasses
 import fcntl
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from pax import envinfo, lockfile, paths
-from pax.pip import make_venv, pip_env, pip_python, uv_binary, uv_env
+from pax.environments.install import install_lock, pip_check
+from pax.errors import PaxError
+from pax.pip import make_venv
 from pax.releases.catalog import Release
 
 # What envs made before the identity file carry: the lock's sha256 alone. Such an env is
@@ -30,7 +30,7 @@ from pax.releases.catalog import Release
 LEGACY_STAMP = "pax-lock.sha256"
 
 
-class EnvMismatch(RuntimeError):
+class EnvMismatch(PaxError, RuntimeError):
     """The environment does not equal its lockfile (or `pip check` complains)."""
 
 
@@ -65,20 +65,6 @@ def existing_python(release: Release, platform: str, root: Path | None = None) -
     where building would stop at the mismatch); None when there is none to describe."""
     path = env_path(release, platform, root)
     return path / "bin" / "python" if path.exists() else None
-
-
-def diff(installed: dict[str, str], locked: dict[str, str]) -> list[str]:
-    """Readable differences, one line each; empty when the env equals the lock."""
-    lines = []
-    for row in lockfile.differences(installed, locked):
-        name, have, want = row["package"], row["installed"], row["locked"]
-        if row["kind"] == "missing":
-            lines.append(f"  missing     {name}=={want}  (in lock, not installed)")
-        elif row["kind"] == "extra":
-            lines.append(f"  unexpected  {name}=={have}  (installed, not in lock)")
-        else:
-            lines.append(f"  version     {name}: installed {have}, lock {want}")
-    return lines
 
 
 def identity(env: Env) -> envinfo.Identity:
@@ -124,26 +110,20 @@ def _names_this_lock(env: Env) -> bool:
 def verify(env: Env, log=print) -> None:
     """Raise EnvMismatch unless installed == lock and `pip check` is clean."""
     locked = lockfile.versions(lockfile.parse_lockfile(env.lockfile))
-    problems = diff(lockfile.installed_in(env.python), locked)
-    if problems:
+    rows = lockfile.differences(lockfile.installed_in(env.python), locked)
+    if rows:
         raise EnvMismatch(
             f"{env.path} does not match {env.lockfile}:\n"
-            + "\n".join(problems)
-            + f"\nRebuild it: rm -r {env.path} (the next session recreates it)"
+            + "".join(f"  {lockfile.difference_text(row)}\n" for row in rows)
+            + f"Rebuild it: rm -r {env.path} (the next session recreates it)"
         )
-    check = subprocess.run(_pip(env.python, "check"), capture_output=True, text=True, env=pip_env())
+    check = pip_check(env.python)
     if check.returncode != 0:
         raise EnvMismatch(f"pip check failed in {env.path}:\n{check.stdout}{check.stderr}")
     log(
         f"env {env.path.name}: {len(locked)} packages == {env.lockfile.name} "
         f"(sha256 {env.sha256[:12]}), pip check clean"
     )
-
-
-def _pip(python: Path, *args: str) -> list[str]:
-    # An interpreter that has pip (the tools venv's, under nox) drives the target one, so the
-    # env itself needs no pip.
-    return [pip_python(), "-m", "pip", "--python", str(python), "--no-input", *args]
 
 
 @contextlib.contextmanager
@@ -161,23 +141,27 @@ def ensure(release: Release, platform: str, root: Path | None = None, log=print)
         return _ensure(release, platform, root, log)
 
 
-def _ensure(release: Release, platform: str, root: Path | None, log) -> Env:
-    want_python = release.python
+def _lock(release: Release, platform: str) -> Path:
+    """The lock an env for (release, platform) is built from here, or why it cannot be."""
     have_python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    if want_python != have_python:
+    if release.python != have_python:
         raise EnvMismatch(
-            f"release {release.version} is locked for Python {want_python}; "
-            f"this is Python {have_python}. Run ./noxw with python{want_python}."
+            f"release {release.version} is locked for Python {release.python}; "
+            f"this is Python {have_python}. Run ./noxw with python{release.python}."
         )
     lock = release.lockfile(platform)
-    if not lock.is_file():
-        raise FileNotFoundError(
-            f"release {release.version} has no {platform} lock ({lock}); "
-            f"make it with ./noxw -s lock -- {release.version} {platform}"
-        )
-    sha = lockfile.sha256_file(lock)
+    if lock.is_file():
+        return lock
+    raise FileNotFoundError(
+        f"release {release.version} has no {platform} lock ({lock}); "
+        f"make it with ./noxw -s lock -- {release.version} {platform}"
+    )
+
+
+def _ensure(release: Release, platform: str, root: Path | None, log) -> Env:
+    lock = _lock(release, platform)
     path = env_path(release, platform, root)
-    env = Env(release, platform, path, lock, sha)
+    env = Env(release, platform, path, lock, lockfile.sha256_file(lock))
     if _names_this_lock(env):
         verify(env, log)
         if envinfo.read_identity(path) is None:  # made before identity files: give it one
@@ -197,27 +181,3 @@ def _ensure(release: Release, platform: str, root: Path | None, log) -> Env:
     write_identity(env)
     log(f"env {path.name}: built in {time.monotonic() - started:.1f}s ({installer})")
     return env
-
-
-def install_lock(python: Path, lock: Path) -> str:
-    """Install exactly a hashed lock into python's env; returns the installer used.
-
-    uv (`pip sync`: installs the lock and removes anything else) where the tools venv has it, in
-    seconds where pip takes most of a minute; pip otherwise, e.g. in an image's runtime venv.
-    Both refuse a download whose hash is not in the lock.
-    """
-    uv = uv_binary()
-    if uv:
-        subprocess.run(
-            [uv, "pip", "sync", "--no-config", "--require-hashes", "--quiet"]
-            + ["--python", str(python), str(lock)],
-            check=True,
-            env=uv_env(),
-        )
-        return "uv"
-    subprocess.run(
-        _pip(python, "install", "--require-hashes", "--no-deps", "--quiet", "-r", str(lock)),
-        check=True,
-        env=pip_env(),
-    )
-    return "pip"

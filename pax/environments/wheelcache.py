@@ -6,9 +6,8 @@
 every wheel installed `--no-deps`); later builds reuse the venv and only uninstall / install
 what differs, then check installed == pins and run `pip check`.
 
-The venvs hold no pip: a pip from outside drives them with `pip --python` (`pip_python()`
-finds one, or makes one with ensurepip, as inside a pax image). `installer="uv"` uses
-`uv pip` instead, when uv is on PATH.
+The venvs hold no pip: an installer from outside drives them (pax.environments.install: uv
+where there is one, or pip, found or made with ensurepip as inside a pax image).
 """
 
 from __future__ import annotations
@@ -30,15 +29,12 @@ from pathlib import Path
 
 from pax import lockfile
 from pax.environments import index
+from pax.environments.install import Installer, download, pip_check, requirements_file, sha256s
 from pax.lockfile import Pin
-from pax.pip import make_venv, pip_env, pip_python, pip_runner, uv_binary, uv_env
+from pax.pip import make_venv
 from pax.releases.diff import compare_versions
 
 _REQ_NAME_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-
-
-def requirement_line(pin: Pin) -> str:
-    return " ".join([f"{pin.name}=={pin.version}", *(f"--hash={h}" for h in pin.hashes)])
 
 
 def _tail(text: str, lines: int = 3) -> str:
@@ -97,10 +93,6 @@ def _batches(pins: list[Pin]) -> list[list[Pin]]:
 
 def _key(pin: Pin) -> str:
     return f"{pin.name}=={pin.version}"
-
-
-def _sha256s(pin: Pin) -> set[str]:
-    return {h.split(":", 1)[1] for h in pin.hashes if h.startswith("sha256:")}
 
 
 def _same_version(path: Path, pin: Pin) -> bool:
@@ -164,7 +156,7 @@ class WheelCache:
         for pin in pins:
             if pin in self._files:
                 continue
-            want = _sha256s(pin)
+            want = sha256s(pin)
             for path in by_name.get(pin.name, []):
                 if (self._sha256(path) in want) if want else _same_version(path, pin):
                     self._files[pin] = path
@@ -176,34 +168,9 @@ class WheelCache:
     def _download(
         self, pins: list[Pin], dest: Path, verify: bool = True
     ) -> subprocess.CompletedProcess:
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req:
-            req.write("\n".join(requirement_line(p) if verify else _key(p) for p in pins) + "\n")
-        hashes = ["--require-hashes"] if verify and all(p.hashes for p in pins) else []
-        try:
-            return subprocess.run(
-                [
-                    pip_python(),
-                    "-m",
-                    "pip",
-                    "download",
-                    "--no-input",
-                    "--quiet",
-                    "--no-deps",
-                    "--only-binary",
-                    ":all:",
-                    *hashes,
-                    *self.index_args,
-                    "-d",
-                    str(dest),
-                    "-r",
-                    req.name,
-                ],
-                capture_output=True,
-                text=True,
-                env=pip_env(),
-            )
-        finally:
-            Path(req.name).unlink()
+        hashes = verify and all(p.hashes for p in pins)
+        with requirements_file(pins, hashed=verify) as req:
+            return download(req, dest, *self.index_args, require_hashes=hashes)
 
     def fetch(self, pins: list[Pin]) -> list[Problem]:
         """Make every pin's wheel local, verified; return the problems with those that cannot be.
@@ -274,11 +241,11 @@ class WheelCache:
                 # GOOD and BAD may pin one version with other hashes (a rebuild): each pin
                 # takes the file or not on its own hashes
                 takers = [p for p in pins if _same_version(path, p)]
-                wrong = [p for p in takers if _sha256s(p) and actual not in _sha256s(p)]
+                wrong = [p for p in takers if sha256s(p) and actual not in sha256s(p)]
                 if len(wrong) < len(takers):
                     os.replace(path, self.dir / path.name)
                 for pin in wrong:
-                    expected = tuple(f"sha256:{h}" for h in sorted(_sha256s(pin)))
+                    expected = tuple(f"sha256:{h}" for h in sorted(sha256s(pin)))
                     problems[pin] = Problem(
                         "hash mismatch",
                         _key(pin),
@@ -320,6 +287,12 @@ class WheelCache:
 
     def path(self, pin: Pin) -> Path | None:
         return self._files.get(pin)
+
+    def why_missing(self, pins: list[Pin]) -> str:
+        """Why these pins have no wheel here: the problems fetching them met, or that they were
+        never fetched."""
+        known = [self.problems[p].message for p in pins if p in self.problems]
+        return "; ".join(known) or f"no wheel in the cache for {', '.join(sorted(map(_key, pins)))}"
 
     def _read_meta(self, pin: Pin, filename: str) -> str | None:
         """A file of the wheel's top-level .dist-info folder, as text; None when absent."""
@@ -395,31 +368,12 @@ class EnvBuilder:
         self.log = log
         self.current: dict[str, Pin] | None = None  # what the venv holds, when known
         self._pip_check = ""  # pip check's complaint about `current`
-        # The release envs' rule (pax.environments.venv): uv where the tools venv has it.
-        self._uv = uv_binary() if installer in ("auto", "uv") else None
-        if installer == "uv" and not self._uv:
-            raise RuntimeError(
-                "--installer uv: uv is not installed (run through ./noxw, or use pip)"
-            )
-        self.installer = "uv" if self._uv else "pip"
+        self._installer = Installer.choose(installer)  # the release envs' rule, unless told
+        self.installer = self._installer.name
 
     @property
     def python(self) -> Path:
         return self.path / "bin" / "python"
-
-    def _pip(self, *args: str) -> list[str]:
-        # `check` stays pip's, as for the release envs: its report is the one users know.
-        if self.installer == "uv" and args[0] != "check":
-            rest = [a for a in args[1:] if a != "-y"]  # uv pip uninstall never asks
-            return [self._uv, "pip", args[0], "--no-config", "--python", str(self.python), *rest]
-        runner = pip_runner()
-        if runner:
-            return [str(self.python), runner, "--no-input", *args]
-        return [pip_python(), "-m", "pip", "--python", str(self.python), "--no-input", *args]
-
-    def _run(self, cmd: list[str]) -> subprocess.CompletedProcess:
-        env = uv_env() if cmd[0] == self._uv else pip_env()
-        return subprocess.run(cmd, capture_output=True, text=True, env=env)
 
     def discard(self) -> None:
         self.current = None
@@ -429,98 +383,70 @@ class EnvBuilder:
         started = time.monotonic()
         missing = [p for p in pins.values() if self.cache.path(p) is None]
         if missing:
-            known = [self.cache.problems[p].message for p in missing if p in self.cache.problems]
-            return Build(
-                False,
-                None,
-                "none",
-                0.0,
-                error="; ".join(known)
-                or f"no wheel in the cache for {', '.join(sorted(map(_key, missing)))}",
-            )
+            return Build(False, None, "none", 0.0, error=self.cache.why_missing(missing))
         if self.current == pins and self.python.exists():  # judged again: nothing to build
             return Build(True, self.python, "reuse", 0.0, pip_check=self._pip_check)
         kind = "warm" if self.current is not None and self.python.exists() else "cold"
         if kind == "cold":
             self.discard()
             make_venv(self.path)
-            current: dict[str, Pin] = {}
-        else:
-            current = self.current
-        remove = sorted(n for n in current if n not in pins)
-        install = [p for n, p in sorted(pins.items()) if current.get(n) != p]
-        # Same version, other artifact: pip would call it satisfied; remove it first.
-        remove += [
-            p.name for p in install if p.name in current and current[p.name].version == p.version
-        ]
+        remove, install = _changes(self.current or {}, pins)
         self.current = None  # unknown until the steps below succeed
+        error = self._change(remove, install)
+        if not error and (wrong := self._differing(pins)):
+            if kind == "warm":  # reuse went wrong somehow: start over once
+                self.discard()
+                return self.build(pins)
+            error = "installed set differs from the pins: " + ", ".join(wrong)
+        if error:
+            self.discard()
+            return Build(False, None, kind, time.monotonic() - started, error=error)
+        problem = self._check()
+        self.current, self._pip_check = dict(pins), problem
+        seconds = time.monotonic() - started
+        return Build(True, self.python, kind, seconds, len(install), len(remove), problem)
+
+    def _run(self, verb: str, *args: str) -> subprocess.CompletedProcess:
+        return self._installer.run(self.python, verb, *args, capture_output=True, text=True)
+
+    def _change(self, remove: list[str], install: list[Pin]) -> str:
+        """Uninstall `remove`, then install `install` from the cache; why that failed, or ""."""
         if remove:
-            out = self._run(self._pip("uninstall", "-y", *sorted(set(remove))))
+            out = self._run("uninstall", "-y", *remove)
             if out.returncode != 0:
-                self.discard()
-                return Build(
-                    False,
-                    None,
-                    kind,
-                    time.monotonic() - started,
-                    error="uninstall failed: " + _pip_errors(out.stderr + out.stdout),
-                )
-        if install:
-            with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req:
-                req.write("\n".join(requirement_line(p) for p in install) + "\n")
-            hashes = ["--require-hashes"] if all(p.hashes for p in install) else []
-            try:
-                out = self._run(
-                    self._pip(
-                        "install",
-                        "--no-deps",
-                        "--no-compile",
-                        "--no-index",
-                        "--find-links",
-                        str(self.cache.dir),
-                        *hashes,
-                        "-r",
-                        req.name,
-                    )
-                )
-            finally:
-                Path(req.name).unlink()
-            if out.returncode != 0:
-                self.discard()
-                return Build(
-                    False,
-                    None,
-                    kind,
-                    time.monotonic() - started,
-                    error="install failed: " + _pip_errors(out.stderr + out.stdout),
-                )
+                return "uninstall failed: " + _pip_errors(out.stderr + out.stdout)
+        if not install:
+            return ""
+        local = ("--no-deps", "--no-compile", "--no-index", "--find-links", str(self.cache.dir))
+        hashes = ["--require-hashes"] if all(p.hashes for p in install) else []
+        with requirements_file(install) as req:
+            out = self._run("install", *local, *hashes, "-r", str(req))
+        return (
+            "" if out.returncode == 0 else "install failed: " + _pip_errors(out.stderr + out.stdout)
+        )
+
+    def _differing(self, pins: dict[str, Pin]) -> list[str]:
+        """The names whose installed version is not the pinned one (or is there unpinned)."""
         want = {n: p.version for n, p in pins.items()}
         rows = lockfile.differences(lockfile.installed_in(self.python), want, ignore=())
-        if rows:
-            wrong = [row["package"] for row in rows]
-            self.discard()
-            if kind == "warm":  # reuse went wrong somehow: start over once
-                return self.build(pins)
-            return Build(
-                False,
-                None,
-                kind,
-                time.monotonic() - started,
-                error="installed set differs from the pins: " + ", ".join(wrong),
-            )
-        check = self._run(self._pip("check"))
-        problem = (
+        return [row["package"] for row in rows]
+
+    def _check(self) -> str:
+        """pip check's complaint; "" when clean."""
+        check = pip_check(self.python)
+        return (
             ""
             if check.returncode == 0
             else (_tail(check.stdout + check.stderr, 5) or "pip check failed")
         )
-        self.current, self._pip_check = dict(pins), problem
-        return Build(
-            True,
-            self.python,
-            kind,
-            time.monotonic() - started,
-            installed=len(install),
-            removed=len(set(remove)),
-            pip_check=problem,
-        )
+
+
+def _changes(current: dict[str, Pin], pins: dict[str, Pin]) -> tuple[list[str], list[Pin]]:
+    """The names to uninstall and the pins to install to move `current` to `pins`."""
+    install = [p for n, p in sorted(pins.items()) if current.get(n) != p]
+    remove = {n for n in current if n not in pins}
+    # Same version, other artifact: pip would call it satisfied; remove it first.
+    remove |= {
+        p.name for p in install if p.name in current and current[p.name].version == p.version
+    }
+    return sorted(remove), install

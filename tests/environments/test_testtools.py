@@ -1,4 +1,4 @@
-"""pax.environments.test_runner: the test tools beside a release env (its test lock less its cpu
+"""pax.environments.testtools: the test tools beside a release env (its test lock less its cpu
 lock, or the xdist lock for releases without one), how that folder is made, when workers run."""
 
 import hashlib
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from pax import lockfile
-from pax.environments import test_runner
+from pax.environments import testtools
 from pax.releases import catalog
 
 
@@ -25,11 +25,11 @@ from pax.releases import catalog
     ],
 )
 def test_workers_unless_the_caller_chose(args, cores, expected):
-    assert test_runner.pytest_args(args, cores) == expected
+    assert testtools.pytest_args(args, cores) == expected
 
 
 def test_the_plugin_lock_is_hashed_and_leaves_pytest_to_the_release():
-    pins = lockfile.parse_lockfile(test_runner.LOCK)
+    pins = lockfile.parse_lockfile(testtools.LOCK)
     assert set(lockfile.versions(pins)) == {"pytest-xdist", "execnet"}
     assert all(pin.hashes for pin in pins.values())
 
@@ -39,9 +39,9 @@ def test_the_session_puts_the_plugin_after_the_checkout(tmp_path):
     from pax.releases.catalog import Release
 
     env = Env(Release("9.9.9", tmp_path, {}), "cpu", tmp_path / "pax-9.9.9-cpu", tmp_path, "0")
-    runner = test_runner.path(env)
+    runner = testtools.path(env)
     assert runner.name == "pax-9.9.9-cpu.test-runner"
-    path = test_runner.session_env(env, runner)["PYTHONPATH"].split(":")
+    path = testtools.session_env(env, runner)["PYTHONPATH"].split(":")
     assert path[-1] == str(runner) and len(path) == 2
 
 
@@ -87,17 +87,17 @@ TOOLS = {"pytest": "9.0", "nbclient": "0.11", "numpy": "2.0"}
 
 def test_the_test_lock_less_the_cpu_lock_goes_beside_the_env(tmp_path):
     env = scratch_env(tmp_path, TOOLS)
-    pins = lockfile.parse_lockfile_text(test_runner.requirements(env))
+    pins = lockfile.parse_lockfile_text(testtools.requirements(env))
     assert sorted(pins) == ["nbclient", "pytest"]  # numpy is the env's own, at the same version
     assert all(pin.hashes for pin in pins.values())
     fake = FakeInstall()
-    runner = test_runner.ensure(env, log=lambda *_: None, install=fake)
-    assert runner == test_runner.path(env) and fake.calls == [["nbclient", "pytest"]]
+    runner = testtools.ensure(env, log=lambda *_: None, install=fake)
+    assert runner == testtools.path(env) and fake.calls == [["nbclient", "pytest"]]
     assert (runner / "pytest.dist-info").is_dir() and not (runner / "numpy.dist-info").exists()
-    assert test_runner.ensure(env, log=lambda *_: None, install=fake) == runner
+    assert testtools.ensure(env, log=lambda *_: None, install=fake) == runner
     assert len(fake.calls) == 1, "an unchanged folder is reused"
     write_lock(env.release.test_lock, {**TOOLS, "pytest": "9.1"})
-    test_runner.ensure(env, log=lambda *_: None, install=fake)
+    testtools.ensure(env, log=lambda *_: None, install=fake)
     assert len(fake.calls) == 2, "a changed test lock is installed again"
 
 
@@ -105,50 +105,50 @@ def test_a_test_lock_that_disagrees_with_the_cpu_lock_installs_nothing(tmp_path)
     env = scratch_env(tmp_path, {**TOOLS, "numpy": "1.26"})
     fake = FakeInstall()
     with pytest.raises(catalog.TestLockMismatch) as err:
-        test_runner.ensure(env, log=lambda *_: None, install=fake)
+        testtools.ensure(env, log=lambda *_: None, install=fake)
     assert str(err.value).count("\n") == 0 and "numpy 1.26 (cpu.txt 2.0)" in str(err.value)
     assert "./noxw -s lock -- 9.9.9 cpu test" in str(err.value)
-    assert fake.calls == [] and not test_runner.path(env).exists()
+    assert fake.calls == [] and not testtools.path(env).exists()
     with pytest.raises(RuntimeError):  # what the test and tutorial sessions turn into one line
-        test_runner.prepare(env, log=lambda *_: None)
+        testtools.prepare(env, log=lambda *_: None)
 
 
 def test_a_release_without_a_test_lock_gets_the_xdist_lock(tmp_path):
     env = scratch_env(tmp_path)
     assert env.release.test_lock is None
-    assert test_runner.requirements(env) == test_runner.LOCK.read_text()
+    assert testtools.requirements(env) == testtools.LOCK.read_text()
     fake = FakeInstall()
-    runner = test_runner.ensure(env, log=lambda *_: None, install=fake)
-    assert fake.calls == [["execnet", "pytest-xdist"]] and (runner / test_runner.STAMP).is_file()
+    runner = testtools.ensure(env, log=lambda *_: None, install=fake)
+    assert fake.calls == [["execnet", "pytest-xdist"]] and (runner / testtools.STAMP).is_file()
 
 
 def test_a_partial_or_unstamped_folder_is_replaced_whole(tmp_path):
     env = scratch_env(tmp_path, TOOLS)
-    runner = test_runner.path(env)
+    runner = testtools.path(env)
     partial = runner.with_name(runner.name + ".partial")
     partial.mkdir(parents=True)
     (partial / "half-written").write_text("")  # an install killed half way
     runner.mkdir()
     (runner / "stale.dist-info").mkdir()  # a folder with no stamp: not known to be whole
     fake = FakeInstall()
-    test_runner.ensure(env, log=lambda *_: None, install=fake)
+    testtools.ensure(env, log=lambda *_: None, install=fake)
     assert len(fake.calls) == 1 and not partial.exists()
     assert sorted(p.name for p in runner.iterdir()) == [
         "nbclient.dist-info",
         "pytest.dist-info",
-        test_runner.STAMP,
-        test_runner.INSTALLED,
+        testtools.STAMP,
+        testtools.INSTALLED,
     ]
 
 
 def test_a_failed_install_keeps_the_folder_there_was(tmp_path):
     env = scratch_env(tmp_path, TOOLS)
-    runner = test_runner.ensure(env, log=lambda *_: None, install=FakeInstall())
-    stamp = (runner / test_runner.STAMP).read_text()
+    runner = testtools.ensure(env, log=lambda *_: None, install=FakeInstall())
+    stamp = (runner / testtools.STAMP).read_text()
     write_lock(env.release.test_lock, {**TOOLS, "pytest": "9.1"})
-    with pytest.raises(test_runner.ToolsError, match="installing the test tools beside pax-9.9.9"):
-        test_runner.ensure(env, log=lambda *_: None, install=FakeInstall(fail=True))
-    assert (runner / test_runner.STAMP).read_text() == stamp
+    with pytest.raises(testtools.ToolsError, match="installing the test tools beside pax-9.9.9"):
+        testtools.ensure(env, log=lambda *_: None, install=FakeInstall(fail=True))
+    assert (runner / testtools.STAMP).read_text() == stamp
     assert (runner / "pytest.dist-info").is_dir()
 
 
@@ -156,6 +156,6 @@ def test_jupyter_execute_runs_from_the_env_or_the_folder():
     """The tutorial's command: nbclient's own entry point, wherever nbclient is importable."""
     pytest.importorskip("nbclient")
     done = subprocess.run(
-        [sys.executable, *test_runner.JUPYTER_EXECUTE, "--help"], capture_output=True, text=True
+        [sys.executable, *testtools.JUPYTER_EXECUTE, "--help"], capture_output=True, text=True
     )
     assert done.returncode == 0 and "--inplace" in done.stdout + done.stderr

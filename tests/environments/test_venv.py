@@ -1,35 +1,21 @@
-"""pax.environments.venv: comparing an environment with its lock."""
+"""pax.environments.venv and pax.environments.install: an environment built from its lock and
+compared with it."""
 
+import dataclasses
 import os
 import subprocess
 
 import pytest
 
 from pax import envinfo, lockfile
-from pax.environments import venv
-from pax.pip import make_venv
+from pax.environments import install, venv
+from pax.pip import make_venv, pip_env
 from pax.releases.catalog import Release
 from tests.bisect.wheels import build_wheel, sha256, write_lock
 
 
-def test_diff_equal_is_empty():
-    assert venv.diff({"jax": "0.10.2"}, {"jax": "0.10.2"}) == []
-
-
-def test_diff_names_every_difference():
-    lines = venv.diff(
-        {"jax": "0.10.2", "pip": "26.3", "numpy": "2.4.0"},
-        {"jax": "0.10.1", "numpy": "2.4.0", "flax": "0.12.8"},
-    )
-    assert lines == [
-        "  missing     flax==0.12.8  (in lock, not installed)",
-        "  version     jax: installed 0.10.2, lock 0.10.1",
-        "  unexpected  pip==26.3  (installed, not in lock)",
-    ]
-
-
 def test_pip_env_ignores_machine_pip_settings():
-    env = venv.pip_env(
+    env = pip_env(
         {
             "PIP_FIND_LINKS": "/opt/wheels",
             "PIP_EXTRA_INDEX_URL": "x",
@@ -46,11 +32,17 @@ def test_pip_env_ignores_machine_pip_settings():
     }
 
 
-def test_installed_versions_of_a_bare_venv(tmp_path):
-    installed = lockfile.installed_in(make_venv(tmp_path / "env"))
-    assert installed == {}
-    assert venv.diff(installed, {"numpy": "2.4.0"}) == [
-        "  missing     numpy==2.4.0  (in lock, not installed)"
+def test_an_env_that_differs_from_its_lock_is_named_line_by_line(tmp_path):
+    release = _release(tmp_path)
+    env = venv.ensure(release, "cpu", root=tmp_path, log=lambda *_: None)
+    release.lockfile("cpu").write_text("numpy==2.4.0\n")
+    changed = dataclasses.replace(env, sha256=lockfile.sha256_file(release.lockfile("cpu")))
+    with pytest.raises(venv.EnvMismatch) as err:
+        venv.verify(changed, log=lambda *_: None)
+    assert str(err.value).splitlines() == [
+        f"{env.path} does not match {env.lockfile}:",
+        "  numpy==2.4.0 is in the lock but not installed",
+        f"Rebuild it: rm -r {env.path} (the next session recreates it)",
     ]
 
 
@@ -113,16 +105,16 @@ def test_install_lock_installs_exactly_a_hashed_lock_and_refuses_a_wrong_hash(
     root, wheel = _simple_index(tmp_path)
     monkeypatch.setenv("PIP_INDEX_URL", root.as_uri())
     if installer == "pip":
-        monkeypatch.setattr(venv, "uv_binary", lambda: None)
+        monkeypatch.setattr(install, "uv_binary", lambda: None)
     target = tmp_path / "env"
     python = make_venv(target)
     lock = write_lock(tmp_path / "good.txt", {"w00": "1.0"}, root / "w00")
-    assert venv.install_lock(python, lock) == installer
+    assert install.install_lock(python, lock) == installer
     assert lockfile.installed_in(python) == {"w00": "1.0"}
 
     make_venv(target)
     tampered = tmp_path / "tampered.txt"
     tampered.write_text(lock.read_text().replace(sha256(wheel), "0" * 64))
     with pytest.raises(subprocess.CalledProcessError):
-        venv.install_lock(python, tampered)
+        install.install_lock(python, tampered)
     assert lockfile.installed_in(python) == {}  # nothing half-installed

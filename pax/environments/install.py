@@ -1,0 +1,116 @@
+"""Putting pinned packages somewhere: the one place uv or pip is chosen and driven, wheels are
+downloaded, and a pin becomes a hashed requirement line.
+
+uv where the tools venv has it (seconds, where pip takes most of a minute); pip otherwise, e.g.
+in an image's runtime venv. Either drives the target interpreter's environment from outside, so
+the target needs no pip of its own. Pins with hashes are installed and downloaded
+`--require-hashes`: a file whose sha256 the lock does not list is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import subprocess
+import tempfile
+from pathlib import Path
+
+from pax.lockfile import Pin
+from pax.pip import pip_env, pip_python, pip_runner, uv_binary, uv_env
+
+
+def requirement_line(pin: Pin) -> str:
+    """`name==version --hash=...`: the pin as pip and uv read it."""
+    return " ".join([f"{pin.name}=={pin.version}", *(f"--hash={h}" for h in pin.hashes)])
+
+
+def sha256s(pin: Pin) -> set[str]:
+    """The sha256 hex digests a pin accepts, lower case as sha256_file writes them."""
+    return {h.split(":", 1)[1].lower() for h in pin.hashes if h.lower().startswith("sha256:")}
+
+
+@contextlib.contextmanager
+def requirements_file(pins: list[Pin], hashed: bool = True):
+    """A temporary requirements file of `pins` (`name==version` alone unless `hashed`)."""
+    lines = [requirement_line(p) if hashed else f"{p.name}=={p.version}" for p in pins]
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req:
+        req.write("\n".join(lines) + "\n")
+    try:
+        yield Path(req.name)
+    finally:
+        Path(req.name).unlink()
+
+
+@dataclasses.dataclass(frozen=True)
+class Installer:
+    """uv (`uv` is its binary) or pip (`uv` None), driving another interpreter's environment."""
+
+    uv: str | None
+
+    @classmethod
+    def choose(cls, want: str = "auto") -> Installer:
+        """uv where there is one and `want` ("auto", "uv" or "pip") allows it, else pip."""
+        uv = uv_binary() if want in ("auto", "uv") else None
+        if want == "uv" and not uv:
+            raise RuntimeError(
+                "--installer uv: uv is not installed (run through ./noxw, or use pip)"
+            )
+        return cls(uv)
+
+    @property
+    def name(self) -> str:
+        return "uv" if self.uv else "pip"
+
+    def command(self, python: Path, verb: str, *args: str) -> list[str]:
+        """`pip VERB ARGS` for python's environment, as uv's pip interface or pip itself."""
+        if self.uv:
+            rest = [a for a in args if a != "-y"]  # uv pip uninstall never asks
+            return [self.uv, "pip", verb, "--no-config", "--python", str(python), *rest]
+        runner = pip_runner()
+        if runner:  # what `pip --python` runs, without starting pip twice
+            return [str(python), runner, "--no-input", verb, *args]
+        return [pip_python(), "-m", "pip", "--python", str(python), "--no-input", verb, *args]
+
+    def run(self, python: Path, verb: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+        command = self.command(python, verb, *args)
+        env = uv_env() if command[0] == self.uv else pip_env()
+        return subprocess.run(command, env=env, **kwargs)
+
+
+def pip_check(python: Path) -> subprocess.CompletedProcess:
+    """pip's `check` of python's environment, output captured: pip's report, the one users
+    know, whichever installer filled the environment."""
+    return Installer(uv=None).run(python, "check", capture_output=True, text=True)
+
+
+def install_lock(python: Path, lock: Path) -> str:
+    """Install exactly a hashed lock into python's environment; returns the installer used.
+    uv's `pip sync` also removes anything else; pip installs into the new, empty venvs this is
+    given. subprocess.CalledProcessError when it fails (a wrong hash: nothing installed)."""
+    installer = Installer.choose()
+    if installer.uv:
+        installer.run(python, "sync", "--require-hashes", "--quiet", str(lock), check=True)
+    else:
+        args = ("--require-hashes", "--no-deps", "--quiet", "-r", str(lock))
+        installer.run(python, "install", *args, check=True)
+    return installer.name
+
+
+def install_into_folder(python: Path, requirements: Path, target: Path) -> str:
+    """Hashed requirements, without dependencies, into the folder `target` for python (which
+    imports them with the folder on its path); returns the installer used."""
+    installer = Installer.choose()
+    args = ("--quiet", "--target", str(target), "--no-deps", "--require-hashes")
+    installer.run(python, "install", *args, "-r", str(requirements), check=True)
+    return installer.name
+
+
+def download(
+    requirements: Path, dest: Path, *options: str, require_hashes: bool = True
+) -> subprocess.CompletedProcess:
+    """`pip download` of the requirements' wheels (never an sdist, no dependencies) into dest,
+    with pip's `options` (index, target platform); the finished process, output captured."""
+    command = [pip_python(), "-m", "pip", "download", "--no-input", "--quiet", "--no-deps"]
+    command += ["--only-binary", ":all:", *(["--require-hashes"] if require_hashes else [])]
+    command += [*options, "-d", str(dest), "-r", str(requirements)]
+    return subprocess.run(command, capture_output=True, text=True, env=pip_env())
