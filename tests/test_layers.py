@@ -1,7 +1,10 @@
-"""The import graph: dependencies point one way (ARCHITECTURE.md, 'Arrows point down').
+"""The import graph: dependencies point one way (docs/architecture.md, "Layers").
 
 - the trainer's packages import nothing of the distribution packages or the tools;
-- the distribution packages import no jax (nox runs them from the small tools venv) and no tools;
+- the distribution packages import no tools, and they, pax.docs and the base modules (pax.errors,
+  pax.paths, pax.envinfo, ...) import no jax, numpy or the like at any depth: nox runs them from
+  the small tools venv, so every pax module they import, and every module that one imports, is
+  followed to the end;
 - the tools: pax.curves (reference bands, the runs broken on purpose that calibrate them) and
   pax.aot (compiles experiments for a topology, writes README's table), which import both
   sides, so neither side imports them;
@@ -11,6 +14,7 @@ Read from the source (ast), so a lazy import inside a function counts too.
 """
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,18 +44,57 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> set[str]:
+def _imports(tree: ast.AST, package: str) -> set[str]:
+    """The names a module's source imports anywhere in it (a function's lazy import too);
+    PACKAGE is the one its relative imports start from."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(filter(None, (base, node.module)))
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
     return names
 
 
-MODULES = {_module_name(p): _imports(p) for p in PAX.rglob("*.py")}
+def _read(path: Path) -> set[str]:
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    return _imports(ast.parse(path.read_text()), package)
+
+
+MODULES = {_module_name(p): _read(p) for p in PAX.rglob("*.py")}
+BASE = {m for m in MODULES if m.count(".") <= 1 and not (PAX / m.split(".")[-1]).is_dir()}
+BASE -= TOOL_MODULES | {"pax.main"}  # the base modules: pax, pax.errors, pax.paths, ...
+NO_ML = DISTRIBUTION | {"docs"}  # pax.docs writes the docs' generated blocks, from nox
+
+
+def _executed(name: str) -> list[str]:
+    """The pax modules that `import NAME` runs: pax.a.b runs pax, pax.a and pax.a.b (NAME may
+    end in a function or class, as `from pax.a import f` is recorded)."""
+    parts = name.split(".")
+    return [m for i in range(1, len(parts) + 1) if (m := ".".join(parts[:i])) in MODULES]
+
+
+def _ml_chain(start: str) -> str | None:
+    """The shortest import chain from module START to a machine-learning package, as
+    `pax.images.build -> pax.envinfo -> numpy`, or None."""
+    came_from = {start: None}
+    queue = [start]
+    for module in queue:
+        for name in sorted(MODULES[module]):
+            if name.split(".")[0] in ML:
+                chain = [name.split(".")[0], module]
+                while came_from[chain[-1]]:
+                    chain.append(came_from[chain[-1]])
+                return " -> ".join(reversed(chain))
+            for executed in _executed(name):
+                if executed not in came_from:
+                    came_from[executed] = module
+                    queue.append(executed)
+    return None
 
 
 def _package(module: str) -> str:
@@ -89,13 +132,37 @@ def test_trainer_imports_no_distribution_code_or_tools(package):
 
 
 @pytest.mark.parametrize("package", sorted(DISTRIBUTION))
-def test_distribution_imports_no_jax_and_no_tools(package):
+def test_distribution_imports_no_tools(package):
     for module, imported in MODULES.items():
         if _package(module) == package:
-            roots = {name.split(".")[0] for name in imported}
-            assert not roots & ML, f"{module} imports {sorted(roots & ML)}"
             assert not {_package(n) for n in imported if n.startswith("pax.")} & TOOLS, module
             assert not imported & TOOL_MODULES, module
+
+
+@pytest.mark.parametrize("package", sorted(NO_ML) + ["(base modules)"])
+def test_distribution_and_base_modules_import_no_jax_at_any_depth(package):
+    modules = (
+        sorted(BASE)
+        if package == "(base modules)"
+        else [m for m in MODULES if _package(m) == package]
+    )
+    assert modules
+    chains = [chain for m in modules if (chain := _ml_chain(m))]
+    assert not chains, "\n".join(chains)
+
+
+def test_lazy_and_relative_imports_are_read_and_chains_followed_to_the_end(monkeypatch):
+    lazy = ast.parse("def f():\n    from .envinfo import describe\n    import os\n")
+    assert _imports(lazy, "pax") == {"pax.envinfo", "pax.envinfo.describe", "os"}
+    graph = {
+        "pax": set(),
+        "pax.images": set(),
+        "pax.images.build": {"pax.envinfo.describe", "json"},
+        "pax.envinfo": {"os", "numpy"},
+    }
+    monkeypatch.setattr(sys.modules[__name__], "MODULES", graph)
+    assert _ml_chain("pax.images.build") == "pax.images.build -> pax.envinfo -> numpy"
+    assert _ml_chain("pax.images") is None
 
 
 def test_no_import_cycles_between_packages():
