@@ -13,16 +13,10 @@ import os
 import sys
 
 try:  # the recipe's reader of locks and names, beside this script in the image
-    from pax_lockfile import LockfileError, differences, installed, installed_twice, lock_versions
+    import pax_lockfile as lockfile
 except ImportError:
     try:  # run from a checkout: its own pax
-        from pax.lockfile import (
-            LockfileError,
-            differences,
-            installed,
-            installed_twice,
-            lock_versions,
-        )
+        from pax import lockfile
     except ImportError as e:  # pragma: no cover - neither
         print(f"pax-verify: ERROR no lock reader (pax_lockfile.py, pax.lockfile): {e}")
         sys.exit(1)
@@ -41,25 +35,18 @@ def main():
     if sys.prefix == sys.base_prefix:
         errors.append(f"{sys.executable} is not a virtual environment")
     try:
-        pins = lock_versions(data.decode(), lock_file)
-    except LockfileError as e:
+        pins = lockfile.lock_versions(data.decode(), lock_file)
+    except lockfile.LockfileError as e:
         print(f"pax-verify: ERROR cannot read the lock: {e}")
         return 1
-    for name, found in sorted(installed_twice().items()):
+    for name, found in sorted(lockfile.installed_twice().items()):
         if len(set(found)) > 1:
             errors.append(f"{name} installed twice ({', '.join(found)})")
-    have = installed()
+    have = lockfile.installed()
     pax_version = have.get("pax")
     if pax_version is None:
         errors.append("pax is not installed")
-    for row in differences(have, pins):
-        name, want, got = row["package"], row["locked"], row["installed"]
-        if row["kind"] == "missing":
-            errors.append(f"{name}=={want} is in the lock but not installed")
-        elif row["kind"] == "extra":
-            errors.append(f"{name}=={got} is installed but not in the lock")
-        else:
-            errors.append(f"{name}: lock pins {want}, installed {got}")
+    errors += [lockfile.difference_text(row) for row in lockfile.differences(have, pins)]
     if errors:
         for e in errors:
             print(f"pax-verify: ERROR {e}")

@@ -30,11 +30,20 @@ import sys
 from pathlib import Path
 
 from pax import paths
-from pax.lockfile import LockfileError, differences, installed, lock_versions, sha256_file
+from pax.errors import PaxError
+from pax.lockfile import (
+    LockfileError,
+    difference_text,
+    differences,
+    installed,
+    lock_versions,
+    sha256_file,
+)
 
 IDENTITY_FILE = "pax-env.json"
 FORMAT = "pax-env/1"
 OVERRIDES = ("PAX_RELEASE", "PAX_PLATFORM", "PAX_LOCKFILE", "PAX_LOCK_SHA256")
+LOCK_FIELDS = ("release", "platform", "lockfile", "lock_sha256")  # what names a lock
 # pax itself is never in a lock: images install its wheel next to the lock, checkouts put it on
 # PYTHONPATH. Its version is reported apart.
 SELF = "pax"
@@ -42,7 +51,7 @@ PLATFORM_ORDER = ("cpu", "tpu", "gpu")
 _RELEASE_DIR_RE = re.compile(r"^\d+(\.\d+)*$")
 
 
-class IdentityError(ValueError):
+class IdentityError(PaxError, ValueError):
     """A pax-env.json that cannot be read as one."""
 
 
@@ -178,68 +187,15 @@ def describe(
     except IdentityError as e:
         ident = None
         notes.append(f"ignored {e}")
-    named = {
-        "release": ident.release if ident else None,
-        "platform": ident.platform if ident else None,
-        "lockfile": ident.lockfile if ident else None,
-        "lock_sha256": ident.lock_sha256 if ident else None,
-    }
-    locked = dict(ident.locked) if ident else None
     overridden = [var for var in OVERRIDES if environ.get(var)]
-    for var in overridden:
-        named[var[len("PAX_") :].lower()] = environ[var]
-    if "PAX_LOCKFILE" in overridden:
-        lockfile = environ["PAX_LOCKFILE"]
-        try:
-            data = Path(lockfile).read_bytes()
-        except OSError as e:
-            notes.append(f"PAX_LOCKFILE {lockfile}: {e.strerror}")
-            locked = None
-        else:
-            named["lock_sha256"] = hashlib.sha256(data).hexdigest()
-            try:
-                locked = lock_versions(data.decode(), lockfile)
-            except LockfileError as e:
-                notes.append(f"PAX_LOCKFILE {e}")
-                locked = None
-        wanted = environ.get("PAX_LOCK_SHA256")
-        if wanted and named["lock_sha256"] and wanted != named["lock_sha256"]:
-            notes.append(f"PAX_LOCK_SHA256 {wanted[:12]} is not the sha256 of {lockfile}")
-    elif ident and os.path.isfile(ident.lockfile):
-        if sha256_file(ident.lockfile) != ident.lock_sha256:
-            notes.append(f"{ident.lockfile} changed since this environment was built from it")
-
-    running = f"{sys.version_info.major}.{sys.version_info.minor}"
-    if ident and ident.python != running:
-        # The same versions under another Python are other wheels: not the env the lock made.
-        notes.append(f"{IDENTITY_FILE} was written for Python {ident.python}; this is {running}")
-    rows = differences(have, locked) if locked is not None else None
-    if rows == []:
-        state, near = "exact", None
-    else:
-        found = nearest(have, catalog() if locks is None else locks, named["platform"])
-        near = found and {
-            "release": found[0].release,
-            "platform": found[0].platform,
-            "lock_sha256": found[0].sha256,
-            "lockfile": found[0].path,
-            "differences": len(found[1]),
-            "tied": [f"{lock.release} {lock.platform}" for lock in found[2]],
-        }
-        if rows is None and found and not found[1]:
-            # No identity, but the installed set is exactly a release lock: that names it.
-            state, rows = "exact", []
-            named.update({k: near[k] for k in ("release", "platform", "lockfile", "lock_sha256")})
-        elif rows is None:
-            state, rows = "unpinned", found[1] if found else []
-        else:
-            state = "drifted"
+    named, locked = _named(ident, environ, overridden, notes)
+    state, rows, near = _drift(have, locked, named, locks)
     # What `differences` is measured against: the lock the env names (or matches), else the
     # nearest release lock.
     if state == "unpinned":
-        compared = near and {k: near[k] for k in ("release", "platform", "lockfile", "lock_sha256")}
+        compared = near and {k: near[k] for k in LOCK_FIELDS}
     else:
-        compared = {k: named[k] for k in ("release", "platform", "lockfile", "lock_sha256")}
+        compared = {k: named[k] for k in LOCK_FIELDS}
     return {
         "state": state,
         "prefix": str(prefix),
@@ -257,16 +213,71 @@ def describe(
     }
 
 
+def _named(ident: Identity | None, environ, overridden: list[str], notes: list[str]):
+    """(the lock the env names: LOCK_FIELDS, its identity's unless a PAX_* variable overrides
+    them; that lock's versions, None when there are none to read), with notes on what
+    contradicts them."""
+    named = {k: getattr(ident, k) if ident else None for k in LOCK_FIELDS}
+    locked = dict(ident.locked) if ident else None
+    for var in overridden:
+        named[var[len("PAX_") :].lower()] = environ[var]
+    if "PAX_LOCKFILE" in overridden:
+        locked = _override_lock(environ, named, notes)
+    elif ident and os.path.isfile(ident.lockfile):
+        if sha256_file(ident.lockfile) != ident.lock_sha256:
+            notes.append(f"{ident.lockfile} changed since this environment was built from it")
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if ident and ident.python != running:
+        # The same versions under another Python are other wheels: not the env the lock made.
+        notes.append(f"{IDENTITY_FILE} was written for Python {ident.python}; this is {running}")
+    return named, locked
+
+
+def _override_lock(environ, named: dict, notes: list[str]) -> dict[str, str] | None:
+    """PAX_LOCKFILE's versions (None when it cannot be read), its sha256 put in `named`."""
+    lockfile = environ["PAX_LOCKFILE"]
+    try:
+        data = Path(lockfile).read_bytes()
+    except OSError as e:
+        notes.append(f"PAX_LOCKFILE {lockfile}: {e.strerror}")
+        return None
+    named["lock_sha256"] = hashlib.sha256(data).hexdigest()
+    try:
+        locked = lock_versions(data.decode(), lockfile)
+    except LockfileError as e:
+        notes.append(f"PAX_LOCKFILE {e}")
+        locked = None
+    wanted = environ.get("PAX_LOCK_SHA256")
+    if wanted and wanted != named["lock_sha256"]:
+        notes.append(f"PAX_LOCK_SHA256 {wanted[:12]} is not the sha256 of {lockfile}")
+    return locked
+
+
+def _drift(have: dict[str, str], locked: dict[str, str] | None, named: dict, locks):
+    """(state, differences, nearest release lock) of the installed set; an env that names no
+    lock but is exactly a release's is named by it (in `named`)."""
+    rows = differences(have, locked) if locked is not None else None
+    if rows == []:
+        return "exact", rows, None
+    found = nearest(have, catalog() if locks is None else locks, named["platform"])
+    near = found and {
+        "release": found[0].release,
+        "platform": found[0].platform,
+        "lock_sha256": found[0].sha256,
+        "lockfile": found[0].path,
+        "differences": len(found[1]),
+        "tied": [f"{lock.release} {lock.platform}" for lock in found[2]],
+    }
+    if rows is None and found and not found[1]:
+        named.update({k: near[k] for k in LOCK_FIELDS})
+        return "exact", [], near
+    if rows is None:
+        return "unpinned", found[1] if found else [], near
+    return "drifted", rows, near
+
+
 def _release_name(release, platform) -> str:
     return f"release {release} {platform or '?'}"
-
-
-def _diff_text(row: dict) -> str:
-    if row["kind"] == "extra":
-        return f"{row['package']} {row['installed']} (not in the lock)"
-    if row["kind"] == "missing":
-        return f"{row['package']} {row['locked']} missing"
-    return f"{row['package']} {row['locked']} -> {row['installed']}"
 
 
 def _count(n: int) -> str:
@@ -276,7 +287,7 @@ def _count(n: int) -> str:
 def summary(desc: dict, limit: int = 3) -> str:
     """One line: the run's first log line."""
     rows = desc["differences"] or []
-    shown = "; ".join(_diff_text(r) for r in rows[:limit])
+    shown = "; ".join(difference_text(r) for r in rows[:limit])
     more = f"; {len(rows) - limit} more in manifest.json" if len(rows) > limit else ""
     count = _count(len(rows))
     near = desc["nearest"]

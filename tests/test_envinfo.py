@@ -118,7 +118,10 @@ def test_a_bumped_package_is_drift_from_the_named_release(tmp_path):
     assert env["nearest"]["release"] == "1.6.0" and env["nearest"]["platform"] == "cpu"
     line = envinfo.summary(env)
     assert line.startswith("environment: DRIFTED from release 1.6.0 cpu")
-    assert "3 differences: absl-py 2.5.1 -> 2.5.2; humanize 4.17.0 missing; my-tool 0.1" in line
+    assert (
+        "3 differences: absl-py: lock pins 2.5.1, installed 2.5.2; humanize==4.17.0 is in the "
+        "lock but not installed; my-tool==0.1 is installed but not in the lock" in line
+    )
 
 
 @pytest.mark.parametrize(
