@@ -20,11 +20,12 @@ import urllib.request
 from pathlib import Path
 
 from pax import lockfile
+from pax.errors import PaxError
 
 PYPI_SIMPLE = "https://pypi.org/simple/"
 
 
-class IndexUnreadable(RuntimeError):
+class IndexUnreadable(PaxError, RuntimeError):
     """The index could not be read; the message names it."""
 
 
@@ -80,6 +81,20 @@ def _page_wheels(text: str, name: str) -> list[tuple[str, str | None]]:
     return wheels
 
 
+def index_url_or_default(index_url: str | None) -> str:
+    """The simple index pip reads: the one given, else $PIP_INDEX_URL, else PyPI's."""
+    return index_url or os.environ.get("PIP_INDEX_URL") or PYPI_SIMPLE
+
+
+def _places(name: str, index_url: str | None, find_links, no_index: bool):
+    """Where pip looks for `name`, in its order: (how a message names it, a URL or a folder)."""
+    for place in find_links:
+        yield f"--find-links {place}", place
+    if not no_index:
+        base = index_url_or_default(index_url)
+        yield f"index {base}", f"{base.rstrip('/')}/{lockfile.canonicalize(name)}/"
+
+
 def published(
     name: str,
     index_url: str | None = None,
@@ -90,7 +105,7 @@ def published(
     """version -> `sha256:` hashes of its wheels; () when some wheel of it has no published hash."""
     name = lockfile.canonicalize(name)
     wheels: list[tuple[str, str | None]] = []
-    for place in find_links:
+    for _, place in _places(name, index_url, find_links, no_index):
         if "://" in place:
             wheels += _page_wheels(_read(place, timeout), name)
             continue
@@ -98,9 +113,6 @@ def published(
             version = wheel_version(path.name, name)
             if version is not None:
                 wheels.append((version, lockfile.sha256_file(path)))
-    if not no_index:
-        base = index_url or os.environ.get("PIP_INDEX_URL") or PYPI_SIMPLE
-        wheels += _page_wheels(_read(f"{base.rstrip('/')}/{name}/", timeout), name)
     hashes: dict[str, set[str | None]] = {}
     for version, digest in wheels:
         hashes.setdefault(version, set()).add(digest)
@@ -122,14 +134,11 @@ def check_sources(
 
     pip retries an unreachable index for minutes, then says only that no version satisfies the
     requirement; reading one page (`probe`'s) first turns that into the real reason."""
-    for place in find_links:
+    for what, place in _places(probe, index_url, find_links, no_index):
         if "://" in place:
-            _answering(place, timeout, f"--find-links {place}")
+            _answering(place, timeout, what)
         elif not Path(place).is_dir():
-            raise IndexUnreadable(f"--find-links {place}: no such folder")
-    if not no_index:
-        base = index_url or os.environ.get("PIP_INDEX_URL") or PYPI_SIMPLE
-        _answering(f"{base.rstrip('/')}/{lockfile.canonicalize(probe)}/", timeout, f"index {base}")
+            raise IndexUnreadable(f"{what}: no such folder")
 
 
 def _answering(url: str, timeout: float, what: str) -> None:

@@ -135,9 +135,7 @@ class WheelCache:
     def where(self) -> str:
         places = [f"--find-links {d}" for d in self.find_links]
         if not self.no_index:
-            places.append(
-                f"index {self.index_url or os.environ.get('PIP_INDEX_URL') or index.PYPI_SIMPLE}"
-            )
+            places.append(f"index {index.index_url_or_default(self.index_url)}")
         return ", ".join(places) or "nowhere (--no-index without --find-links)"
 
     def _sha256(self, path: Path) -> str:
