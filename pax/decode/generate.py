@@ -134,7 +134,7 @@ def make_generate(
     updated slices back, copying the whole cache at every step. Variables come laid out
     unrolled (`unscan`, as pax.decode.run lays out a checkpoint once) or as `model` has them;
     then every call slices each layer's weights out of the stack, a copy of them all for as
-    long as the call runs (benchmarks/decode.py prices it).
+    long as the call runs (benchmarks/decode/memory.py prices it).
     """
     max_seq_len = model.cfg.seq_len
     stacked = model.cfg.use_repeated_layer and model.num_stages == 1
@@ -150,39 +150,14 @@ def make_generate(
         row_keys = jax.vmap(jax.random.fold_in, (None, 0))(jax.random.key(seed), rows)
         cache = kv_cache.init(model, variables, batch, length + max_new)
         cache, logits = forward(variables, cache, tokens, positions, segment_ids)
-        state = {
-            "i": jnp.zeros((), jnp.int32),
-            "cache": cache,
-            "logits": logits,
-            "position": positions[:, -1] + 1,  # where the next token goes
-            "segment": segment_ids[:, -1],  # generated tokens continue the last segment
-            "done": jnp.zeros((batch,), bool),
-            "tokens": jnp.full((batch, max_new), NO_TOKEN, jnp.int32),
-            "counts": jnp.zeros((batch,), jnp.int32),
-            "stops": jnp.full((batch,), _MAX_NEW, jnp.int32),
-        }
-        if with_logits:
-            state["all_logits"] = jnp.zeros((batch, max_new, logits.shape[-1]), jnp.float32)
-
-        def emit(s):
-            """Draws token i of every row from s['logits'] and books it."""
-            i, live = s["i"], ~s["done"]
-            token = pick(
-                s["logits"], jax.vmap(jax.random.fold_in, (0, None))(row_keys, i), sampling
-            )
-            eos = live & (token == eos_id)
-            # The token just drawn sits at position SEQ_LEN: the model has no position to feed
-            # it at, so the row ends (training never predicts past that either).
-            full = live & ~eos & (s["position"] >= max_seq_len)
-            s = dict(s)
-            s["tokens"] = s["tokens"].at[:, i].set(jnp.where(live, token, NO_TOKEN))
-            s["counts"] = s["counts"] + (live & ~eos)
-            s["stops"] = jnp.where(eos, _EOS, jnp.where(full, _SEQ_LEN, s["stops"]))
-            s["done"] = s["done"] | eos | full
-            if with_logits:
-                s["all_logits"] = s["all_logits"].at[:, i].set(s["logits"])
-            s["i"] = i + 1
-            return s
+        emit = functools.partial(
+            _emit,
+            row_keys=row_keys,
+            sampling=sampling,
+            eos_id=eos_id,
+            max_seq_len=max_seq_len,
+            with_logits=with_logits,
+        )
 
         def step(s):
             """Feeds the last token drawn, then draws the next."""
@@ -194,7 +169,7 @@ def make_generate(
             s = {**s, "cache": cache, "logits": logits, "position": s["position"] + 1}
             return emit(s)
 
-        state = emit(state)
+        state = emit(_first_state(cache, logits, positions, segment_ids, max_new, with_logits))
         state = jax.lax.while_loop(lambda s: (s["i"] < max_new) & ~jnp.all(s["done"]), step, state)
         out = {k: state[k] for k in ("tokens", "counts", "stops")}
         if with_logits:
@@ -202,6 +177,44 @@ def make_generate(
         return out
 
     return generate
+
+
+def _first_state(cache, logits, positions, segment_ids, max_new: int, with_logits: bool) -> dict:
+    """The decoding loop's state after the prompts' pass, before the first token is drawn."""
+    batch = positions.shape[0]
+    state = {
+        "i": jnp.zeros((), jnp.int32),
+        "cache": cache,
+        "logits": logits,
+        "position": positions[:, -1] + 1,  # where the next token goes
+        "segment": segment_ids[:, -1],  # generated tokens continue the last segment
+        "done": jnp.zeros((batch,), bool),
+        "tokens": jnp.full((batch, max_new), NO_TOKEN, jnp.int32),
+        "counts": jnp.zeros((batch,), jnp.int32),
+        "stops": jnp.full((batch,), _MAX_NEW, jnp.int32),
+    }
+    if with_logits:
+        state["all_logits"] = jnp.zeros((batch, max_new, logits.shape[-1]), jnp.float32)
+    return state
+
+
+def _emit(s, *, row_keys, sampling: Sampling, eos_id: int, max_seq_len: int, with_logits: bool):
+    """Draws token i of every row from s['logits'] and books it."""
+    i, live = s["i"], ~s["done"]
+    token = pick(s["logits"], jax.vmap(jax.random.fold_in, (0, None))(row_keys, i), sampling)
+    eos = live & (token == eos_id)
+    # The token just drawn sits at position SEQ_LEN: the model has no position to feed
+    # it at, so the row ends (training never predicts past that either).
+    full = live & ~eos & (s["position"] >= max_seq_len)
+    s = dict(s)
+    s["tokens"] = s["tokens"].at[:, i].set(jnp.where(live, token, NO_TOKEN))
+    s["counts"] = s["counts"] + (live & ~eos)
+    s["stops"] = jnp.where(eos, _EOS, jnp.where(full, _SEQ_LEN, s["stops"]))
+    s["done"] = s["done"] | eos | full
+    if with_logits:
+        s["all_logits"] = s["all_logits"].at[:, i].set(s["logits"])
+    s["i"] = i + 1
+    return s
 
 
 class Generator:

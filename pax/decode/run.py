@@ -63,34 +63,8 @@ class Decoder:
         train_data = next(d for d in run.datasets if d.is_training)
         self.tokenizer = tokenizers.build(train_data.tokenizer_path)
         _check_against_job(job_dir, run, train_data.tokenizer_path)
-        if self.tokenizer.vocab_size > cfg.vocab_size:
-            raise UsageError(
-                f"the tokenizer has {self.tokenizer.vocab_size} ids but the model's vocabulary "
-                f"has {cfg.vocab_size} (VOCAB_SIZE); decode with the tokenizer it was trained with"
-            )
-        # Ids the tokenizer cannot spell (a vocabulary padded past the tokenizer's) are never
-        # drawn.
-        self.sampling = dataclasses.replace(
-            options.sampling, vocab=self.tokenizer.vocab_size
-        ).check(cfg.vocab_size)
-        if options.max_new_tokens < 1 or options.batch_size < 1:
-            raise UsageError(
-                f"--max_new_tokens ({options.max_new_tokens}) and --decode_batch_size "
-                f"({options.batch_size}) must be at least 1"
-            )
-        texts = list(options.prompts)
-        if options.prompts_file:
-            texts += prompts_lib.read_file(options.prompts_file)
-        if texts:
-            self.name = "prompts"
-        else:
-            decode_set = next(d for d in run.datasets if not d.is_training)
-            self.name = decode_set.source
-            texts = prompts_lib.from_dataset(
-                decode_set, self.tokenizer, options.num_prompts, options.prompt_tokens
-            )
-        if not texts:
-            raise UsageError("no prompts: give --prompt TEXT or --prompts FILE")
+        self.sampling = self._checked_sampling()
+        self.name, texts = self._prompt_texts()
         # C4 packs every document after an EOS token; its models expect one before a prompt.
         self.prompts = prompts_lib.encode(
             texts, self.tokenizer, train_data.source == "c4", cfg.seq_len
@@ -98,6 +72,59 @@ class Decoder:
         # No row can go past SEQ_LEN + 1 tokens (pax.decode.generate), so neither can the cache.
         shortest = min(len(p.ids) for p in self.prompts)
         self.max_new = min(options.max_new_tokens, cfg.seq_len + 1 - shortest)
+        unrolled = self._set_up_layouts()
+        self.generator = Generator(
+            cfg,
+            run.mesh,
+            unrolled,
+            self.max_new,
+            self.sampling,
+            self.tokenizer.eos_id if options.stop_at_eos else -1,
+        )
+        if need_checkpoint:
+            self._require_checkpoint()
+
+    def _checked_sampling(self):
+        """The sampling options, checked against the model and tokenizer, with the limits."""
+        cfg, options = self.run.task.model, self.options
+        if self.tokenizer.vocab_size > cfg.vocab_size:
+            raise UsageError(
+                f"the tokenizer has {self.tokenizer.vocab_size} ids but the model's vocabulary "
+                f"has {cfg.vocab_size} (VOCAB_SIZE); decode with the tokenizer it was trained with"
+            )
+        # Ids the tokenizer cannot spell (a vocabulary padded past the tokenizer's) are never
+        # drawn.
+        sampling = dataclasses.replace(options.sampling, vocab=self.tokenizer.vocab_size).check(
+            cfg.vocab_size
+        )
+        if options.max_new_tokens < 1 or options.batch_size < 1:
+            raise UsageError(
+                f"--max_new_tokens ({options.max_new_tokens}) and --decode_batch_size "
+                f"({options.batch_size}) must be at least 1"
+            )
+        return sampling
+
+    def _prompt_texts(self) -> tuple[str, list[str]]:
+        """(input name, prompt texts): the ones given, else prompts cut from the eval split."""
+        options = self.options
+        texts = list(options.prompts)
+        if options.prompts_file:
+            texts += prompts_lib.read_file(options.prompts_file)
+        if texts:
+            return "prompts", texts
+        decode_set = next(d for d in self.run.datasets if not d.is_training)
+        texts = prompts_lib.from_dataset(
+            decode_set, self.tokenizer, options.num_prompts, options.prompt_tokens
+        )
+        if not texts:
+            raise UsageError("no prompts: give --prompt TEXT or --prompts FILE")
+        return decode_set.source, texts
+
+    def _set_up_layouts(self):
+        """Set how a checkpoint's state is read and laid out for decoding; returns the decoding
+        variables' shardings, one array per layer."""
+        run = self.run
+        cfg = run.task.model
         # The state is read straight into its shardings over the whole mesh (a pmap run's
         # checkpoint holds one replica: it is read the same way), then the decoding model's
         # variables placed by the same rules (a pipeline's stages become one stack).
@@ -121,24 +148,18 @@ class Decoder:
             if cfg.use_repeated_layer
             else lambda v: v
         )
-        self.generator = Generator(
-            cfg,
-            run.mesh,
-            unrolled,
-            self.max_new,
-            self.sampling,
-            self.tokenizer.eos_id if options.stop_at_eos else -1,
-        )
-        if need_checkpoint:
-            checkpointer = self.checkpointer()
-            try:
-                if not (_has_dir(checkpointer) and checkpointer.all_steps()):
-                    raise UsageError(
-                        f"no checkpoint in {checkpointer.directory}; train first (--mode=train) "
-                        "or point --job_log_dir at a run that has one"
-                    )
-            finally:
-                checkpointer.close()
+        return unrolled
+
+    def _require_checkpoint(self) -> None:
+        checkpointer = self.checkpointer()
+        try:
+            if not (_has_dir(checkpointer) and checkpointer.all_steps()):
+                raise UsageError(
+                    f"no checkpoint in {checkpointer.directory}; train first (--mode=train) "
+                    "or point --job_log_dir at a run that has one"
+                )
+        finally:
+            checkpointer.close()
 
     def checkpointer(self):
         """A fresh view of the checkpoint directory (the trainer may have written since), in
