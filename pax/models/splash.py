@@ -10,6 +10,8 @@ It masks by index (causal) and segment ids, where the XLA form masks by position
 for training inputs, whose positions count up from each segment's start.
 """
 
+import dataclasses
+
 import jax
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.sharding import PartitionSpec as P
@@ -31,16 +33,9 @@ def usable(length: int) -> bool:
 def _kernel(groups: int, length: int, cap: float, block: int, interpret: bool):
     """One kv head's kernel: `groups` query heads over one key and value head (MQA form)."""
     block = next(b for b in (block, 256, LANES) if length % b == 0 and b <= length)
-    sizes = splash.BlockSizes(
-        block_q=block,
-        block_kv=block,
-        block_kv_compute=block,
-        block_q_dkv=block,
-        block_kv_dkv=block,
-        block_kv_dkv_compute=block,
-        block_q_dq=block,
-        block_kv_dq=block,
-    )
+    # Every tile, the forward pass's and both backward kernels', is `block` a side.
+    fields = dataclasses.fields(splash.BlockSizes)
+    sizes = splash.BlockSizes(**{f.name: block for f in fields if f.name.startswith("block_")})
     mask = splash.MultiHeadMask([splash.CausalMask((length, length))] * groups)
     # The kernel holds its mask's block tables as arrays, made concrete here. It is built
     # anew in each trace (its tables come from splash's own cache of processed masks): a
