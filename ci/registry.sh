@@ -23,12 +23,8 @@ WAIT_S="${PAX_REGISTRY_WAIT_S:-30}"
 USER_NAME="${PAX_REGISTRY_USER:-pax}"
 CERTS_D="/etc/docker/certs.d"
 
-die() { echo "registry: $*" >&2; exit 1; }
-
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1; then sudo "$@";
-  else die "need root to run: $*"; fi
-}
+NAME=registry
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # 0 when a registry answers /v2/ on the port (401 counts: it answers, wants credentials).
 answers() { python3 - "$1" "$2" <<'PY'
@@ -52,8 +48,7 @@ need() {  # installs the apt package that provides a missing command
   command -v "$1" >/dev/null 2>&1 && return 0
   command -v apt-get >/dev/null 2>&1 || die "$1 is missing and apt-get is unavailable; install $2"
   echo "registry: installing Debian's $2" >&2
-  as_root apt-get update -q >/dev/null
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null
+  apt_install "$2"
 }
 
 make_tls() {  # a CA valid for two days, and a server certificate for 127.0.0.1 signed by it

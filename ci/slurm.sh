@@ -18,12 +18,8 @@ DAEMONS=(slurmd-n2 slurmd-n1 slurmctld munged)  # stop order
 HOSTS_MARK="# pax ci/slurm.sh"
 WAIT_S="${PAX_SLURM_WAIT_S:-60}"
 
-die() { echo "slurm: $*" >&2; exit 1; }
-
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1; then sudo "$@";
-  else die "need root to run: $*"; fi
-}
+NAME=slurm
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 install_slurm() {
   local missing=0 tool
@@ -33,8 +29,7 @@ install_slurm() {
   [ "$missing" = 0 ] && return
   command -v apt-get >/dev/null 2>&1 || die "Slurm is not installed and apt-get is unavailable"
   echo "slurm: installing Debian's slurm-wlm and munge" >&2
-  as_root apt-get update -q >/dev/null
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null
+  apt_install slurm-wlm munge
 }
 
 free_port() {
