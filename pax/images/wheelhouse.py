@@ -4,13 +4,13 @@ downloaded hash-checked into wheelhouse/<release>-<platform>/ and checked before
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
 from typing import Optional
 
-from pax import lockfile, paths, pip
+from pax import lockfile, paths
+from pax.environments import install
 from pax.images.engine import ImageError
 from pax.releases import catalog
 
@@ -65,13 +65,7 @@ def parse_lock(path: Path) -> dict[str, tuple[str, set[str]]]:
         pins = lockfile.parse_lockfile(path)
     except lockfile.LockfileError as e:
         raise ImageError(str(e)) from None
-    return {
-        name: (
-            pin.version,
-            {h.split(":", 1)[1].lower() for h in pin.hashes if h.lower().startswith("sha256:")},
-        )
-        for name, pin in pins.items()
-    }
+    return {name: (pin.version, install.sha256s(pin)) for name, pin in pins.items()}
 
 
 def wheelhouse_dir(release: str, platform: str) -> Path:
@@ -122,35 +116,12 @@ def prepare_wheelhouse(
     lock = lock_path(release, platform)
     dest = Path(dest) if dest else wheelhouse_dir(release, platform)
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        pip.pip_python(),
-        "-m",
-        "pip",
-        "download",
-        "--only-binary=:all:",
-        "--no-deps",
-        "--require-hashes",
-        "-r",
-        str(lock),
-        "-d",
-        str(dest),
-        "--python-version",
-        PYTHON_VERSION,
-        "--implementation",
-        "cp",
-        "--abi",
-        "cp" + PYTHON_VERSION.replace(".", ""),
-        "--abi",
-        "abi3",
-        "--abi",
-        "none",
-        "--progress-bar",
-        "off",
-    ]
-    for tag in WHEEL_PLATFORMS:
-        cmd += ["--platform", tag]
+    abis = ["cp" + PYTHON_VERSION.replace(".", ""), "abi3", "none"]
+    image_python = ["--python-version", PYTHON_VERSION, "--implementation", "cp"]
+    image_python += [a for abi in abis for a in ("--abi", abi)]
+    image_python += [a for tag in WHEEL_PLATFORMS for a in ("--platform", tag)]
     print(f"pax images: downloading {release}-{platform} wheels into {dest}", file=log)
-    r = subprocess.run(cmd, env=pip.pip_env(), capture_output=True, text=True)
+    r = install.download(lock, dest, *image_python)
     if r.returncode != 0:
         out = r.stdout + r.stderr
         if any(m in out for m in HASH_MISMATCH_MARKERS):
