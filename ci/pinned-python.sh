@@ -7,7 +7,7 @@
 # Python: $PAX_PYTHON if set; else the release's pinned env .venv/pax-<RELEASE>-gpu (-cpu on a
 # machine without an NVIDIA GPU), built by ./noxw from releases/<RELEASE>/<platform>.txt and
 # checked against that lock here. Nothing is installed or fetched. XLA_FLAGS: the GPU image's
-# defaults (pax/images/xla_flags.py) unless set. RELEASE defaults to the newest cut release.
+# defaults (pax/launch/xla_flags.py) unless set. RELEASE defaults to the newest cut release.
 
 RELEASE=""
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then RELEASE="$1"; shift; fi
@@ -47,8 +47,8 @@ else
 fi
 
 if [ -z "${XLA_FLAGS+x}" ]; then
-  XLA_FLAGS="$(cd "$ROOT" && PYTHONPATH="$ROOT" "$PYTHON" -m pax.images.xla_flags)"
-  [ -n "$XLA_FLAGS" ] || die "no XLA_FLAGS default from pax/images/xla_flags.py"
+  XLA_FLAGS="$(cd "$ROOT" && PYTHONPATH="$ROOT" "$PYTHON" -m pax.launch.xla_flags)"
+  [ -n "$XLA_FLAGS" ] || die "no XLA_FLAGS default from pax/launch/xla_flags.py"
   export XLA_FLAGS
 fi
 echo "$TOOL: release $RELEASE, platform $PLATFORM, python $PYTHON"

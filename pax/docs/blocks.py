@@ -1,4 +1,4 @@
-"""Blocks rendered from sources outside the releases: the GPU XLA flags (pax.images.xla_flags)
+"""Blocks rendered from sources outside the releases: the GPU XLA flags (pax.launch.xla_flags)
 and the reference bands (pax.curves). `refresh` hands them to pax.releases.readme, which owns
 the marker mechanism and its own blocks (releases table, support matrix, changelog pins).
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pax.curves import judge_recorded, load_reference, reference_names
 from pax.curves.stats import tolerance
-from pax.images import xla_flags
+from pax.launch import xla_flags
 from pax.releases import readme
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from pax.errors import UsageError, report
 from pax.experiments import overrides  # jax-free: classes of numbers
 from pax.experiments import registry as experiments
-from pax.images import xla_flags
+from pax.launch import xla_flags
 from pax.releases import catalog as dist_release
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"

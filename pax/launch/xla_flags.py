@@ -1,7 +1,7 @@
 """The XLA flags a GPU run of pax starts with: the one list Dockerfile.gpu, the cluster
 templates (pax.launch), ci/pinned-python.sh and the docs take them from.
 
-    python -m pax.images.xla_flags          the XLA_FLAGS value, one line
+    python -m pax.launch.xla_flags          the XLA_FLAGS value, one line
 
 Every flag exists in the XLA of the pinned jaxlib on CPU as well, where XLA aborts on an
 unknown flag, so the same value is safe on a GPU image's CPU fallback. A user overrides them by
@@ -48,6 +48,8 @@ def value() -> str:
 def dockerfile_block() -> str:
     """Dockerfile.gpu's ENV line with a comment per flag."""
     width = max(len(flag) for flag, _ in GPU_XLA_FLAGS)
+    # The block names this module's former path: it is part of the GPU image's recipe, whose
+    # sha256 (and so the image ID) the releases record, and a rename alone should not change them.
     lines = [
         "# XLA defaults for GPU runs, from pax/images/xla_flags.py (`./noxw -s readme` rewrites",
         "# this block); override with -e XLA_FLAGS=...",

@@ -1,5 +1,5 @@
 """Generated blocks are current, and the support matrix and the GPU XLA flags say what their
-sources say: the lockfiles, release.toml, pax/images/xla_flags.py."""
+sources say: the lockfiles, release.toml, pax/launch/xla_flags.py."""
 
 import json
 import re
@@ -9,8 +9,7 @@ import pytest
 from benchmarks import table as bench_table
 from pax import paths
 from pax.docs import blocks
-from pax.images import xla_flags
-from pax.launch import render
+from pax.launch import render, xla_flags
 from pax.lockfile import parse_lockfile, versions
 from pax.releases import catalog, readme
 
