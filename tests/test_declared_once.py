@@ -9,7 +9,7 @@ import tomllib
 import pytest
 
 from pax import pip
-from pax.images import build
+from pax.images import context
 from pax.paths import ROOT
 from pax.releases import catalog
 
@@ -43,7 +43,7 @@ def test_noxw_makes_its_venv_as_make_venv_does():
 
 @pytest.mark.parametrize("platform", catalog.IMAGE_PLATFORMS)
 def test_dockerfiles_agree(platform):
-    text = "\n".join((ROOT / name).read_text() for name in build.dockerfiles(platform))
+    text = "\n".join((ROOT / name).read_text() for name in context.dockerfiles(platform))
     assert re.findall(r"^ARG BASE_IMAGE=(\S+)$", text, re.M) == [catalog.BASE_IMAGE]
     assert set(re.findall(r"python(\d+\.\d+)", text)) == {catalog.PYTHON}
     assert set(re.findall(r"\b3\.\d+\b", text)) == {catalog.PYTHON}  # messages, the ARG
@@ -74,4 +74,4 @@ def test_the_platforms_share_one_recipe():
     """Dockerfile.gpu adds its last lines to Dockerfile.tpu's stages instead of repeating them."""
     gpu = (ROOT / "Dockerfile.gpu").read_text()
     assert not re.search(r"^(FROM|RUN|COPY)\b", gpu, re.M)
-    assert build.dockerfiles("gpu") == ["Dockerfile.tpu", "Dockerfile.gpu"]
+    assert context.dockerfiles("gpu") == ["Dockerfile.tpu", "Dockerfile.gpu"]

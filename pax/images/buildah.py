@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from pax.errors import last_line
 from pax.images.engine import ImageError
 
 # Shared with ci/base-image.sh, which builds the base image into the same store.
@@ -31,8 +32,9 @@ def buildah(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     command = ["buildah", "--root", str(ROOT), "--runroot", str(ROOT / "run")]
     r = subprocess.run([*command, "--storage-driver", "vfs", *args], capture_output=True, text=True)
     if check and r.returncode != 0:
-        lines = (r.stderr or r.stdout or "").strip().splitlines()
-        raise ImageError(f"buildah {args[0]} failed: {lines[-1] if lines else r.returncode}")
+        raise ImageError(
+            f"buildah {args[0]} failed: {last_line(r.stderr, r.stdout, default=str(r.returncode))}"
+        )
     return r
 
 
@@ -52,6 +54,11 @@ def base_id(base_image: str) -> str:
     if found is None:
         raise ImageError(f"base image {base_image} is in neither buildah's store nor Docker's")
     return found
+
+
+def pinned(base_image: str) -> tuple[str, str]:
+    """What a build runs on and with: (the base's image ID, buildah's version)."""
+    return base_id(base_image), version()
 
 
 def build(
@@ -78,6 +85,24 @@ class BuildFailed(ImageError):
     def __init__(self, output: str):
         super().__init__("buildah bud failed")
         self.output = output
+
+
+def build_into_docker(
+    context: Path,
+    dockerfile: Path,
+    tag: str,
+    build_args: dict[str, str],
+    epoch: int,
+    docker_tag: str,
+) -> str:
+    """`build` as `tag`, then the image copied into the Docker engine as `docker_tag`; the store
+    keeps nothing. The image ID."""
+    try:
+        image_id, _ = build(context, dockerfile, tag, build_args, epoch)
+        to_docker(tag, docker_tag)
+        return image_id
+    finally:
+        remove(tag)
 
 
 def to_docker(tag: str, docker_tag: str) -> None:

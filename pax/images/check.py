@@ -16,20 +16,34 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from pax.images import attest, provenance, record, sbom
 from pax.images.engine import ImageError
 from pax.images.publish import client
-from pax.images.wheelhouse import lock_path
+from pax.images.registry import Registry
+from pax.images.target import Target
 from pax.releases import catalog
 
 _REF = re.compile(r"(?P<registry>[A-Za-z0-9.-]+(?::\d+)?)/(?P<repo>[a-z0-9._/-]+):(?P<tag>[\w.-]+)")
 
 
-def parse_ref(ref: str, release: Optional[str] = None) -> tuple[str, str, str, str, str]:
-    """(registry, repo, tag, release, platform) of REGISTRY/REPO:RELEASE-PLATFORM; a tag such as
-    latest-tpu takes its release from `release`."""
+class Ref(NamedTuple):
+    """REGISTRY/REPO:TAG, with the release and platform the tag names (or --release gave)."""
+
+    registry: str
+    repo: str
+    tag: str
+    release: str
+    platform: str
+
+    def __str__(self) -> str:
+        return f"{self.registry}/{self.repo}:{self.tag}"
+
+
+def parse_ref(ref: str, release: Optional[str] = None) -> Ref:
+    """The parts of REGISTRY/REPO:RELEASE-PLATFORM; a tag such as latest-tpu takes its release
+    from `release`."""
     m = _REF.fullmatch(ref or "")
     if not m:
         raise ImageError(
@@ -45,34 +59,54 @@ def parse_ref(ref: str, release: Optional[str] = None) -> tuple[str, str, str, s
         )
     if release is None and not catalog.looks_like_release(version):
         raise ImageError(f"tag {m['tag']!r}: name its release with --release X.Y.Z", usage=True)
-    return m["registry"], m["repo"], m["tag"], release or version, platform
+    return Ref(m["registry"], m["repo"], m["tag"], release or version, platform)
 
 
-def check(
-    ref: str,
-    key: Path,
-    release: Optional[str] = None,
-    ca: Optional[Path] = None,
-    log=sys.stderr,
-) -> dict:
-    registry, repo, tag, version, platform = parse_ref(ref, release)
-    try:
-        record_ = catalog.resolve(version)
-    except catalog.UnknownRelease as e:
-        raise ImageError(str(e), usage=True) from None
-    lock = lock_path(record_.version, platform)
+def check(ref: Ref, target: Target, key: Path, ca: Optional[Path] = None, log=sys.stderr) -> dict:
+    """The image `ref` serves is `target`'s release image, judged from the registry alone."""
     public = attest.public_key(key)
-    reg = client(registry, ca)
+    reg = client(ref.registry, ca)
     reg.check_access()
-    found = reg.manifest(repo, tag)
+    digest, config = _manifest(reg, ref)
+    fail = f"{ref} ({digest[:19]}):"
+    statements = _attestations(reg, ref, digest, public, fail)
+    images = record.recorded(target.release)
+    base = _check_provenance(statements["provenance"], target, images, fail)
+    bom = _check_sbom(statements["sbom"], target, fail)
+    _check_image_id(config, target, images, fail)
+    print(
+        f"pax images: {ref} is release {target.version}'s {target.platform} image "
+        f"{config[:19]}: signed provenance and SBOM verified",
+        file=log,
+    )
+    return {
+        "image": str(ref),
+        "digest": digest,
+        "image_id": config,
+        "source": statements["provenance"]["predicate"]["buildDefinition"]["externalParameters"][
+            "source"
+        ]["digest"]["gitCommit"],
+        "base": base,
+        "sbom": bom,
+    }
+
+
+def _manifest(reg: Registry, ref: Ref) -> tuple[str, str]:
+    """(the tag's manifest digest, its image ID: the config digest)."""
+    found = reg.manifest(ref.repo, ref.tag)
     if found is None:
-        raise ImageError(f"registry {registry} has no {repo}:{tag}")
+        raise ImageError(f"registry {ref.registry} has no {ref.repo}:{ref.tag}")
     digest, body, _ = found
     config = json.loads(body).get("config", {}).get("digest")
     if not config:
         raise ImageError(f"{ref} is an image index, not one image: check one platform's tag")
-    fail = f"{ref} ({digest[:19]}):"
-    envelopes = attest.fetch(reg, repo, digest)
+    return digest, config
+
+
+def _attestations(reg: Registry, ref: Ref, digest: str, public, fail: str) -> dict:
+    """{"provenance": statement, "sbom": statement}: attached to the digest, each verified with
+    the public key and about this image."""
+    envelopes = attest.fetch(reg, ref.repo, digest)
     statements = {}
     for kind in ("provenance", "sbom"):
         if kind not in envelopes:
@@ -83,49 +117,44 @@ def check(
             raise ImageError(
                 f"{fail} the {kind} attestation is about sha256:{str(subject)[:12]}, not this image"
             )
-    images = record.recorded(record_)
+    return statements
+
+
+def _check_provenance(statement: dict, target: Target, images: dict, fail: str) -> str:
+    """The provenance against the release record (and its recorded base); the base it names."""
     try:
-        problems = provenance.check(statements["provenance"], record_, platform)
-        base = provenance.base_id(statements["provenance"])
+        problems = provenance.check(statement, target.release, target.platform)
+        base = provenance.base_id(statement)
     except (KeyError, TypeError, AttributeError):
         raise ImageError(f"{fail} the provenance attestation is not a pax build's") from None
     if images.get("base_id") and base != images["base_id"]:
         problems.append(f"base {base[:19]}, the release records {images['base_id'][:19]}")
     if problems:
         raise ImageError(
-            f"{fail} the provenance disagrees with release {record_.version}'s record: "
+            f"{fail} the provenance disagrees with release {target.version}'s record: "
             + "; ".join(problems)
         )
-    if statements["sbom"].get("predicateType") != attest.SBOM_PREDICATE:
+    return base
+
+
+def _check_sbom(statement: dict, target: Target, fail: str) -> dict:
+    if statement.get("predicateType") != attest.SBOM_PREDICATE:
         raise ImageError(f"{fail} the sbom attestation's predicate is not a CycloneDX BOM")
     try:
-        bom = sbom.check(
-            json.dumps(statements["sbom"].get("predicate")), lock, record_.version, platform
-        )
+        text = json.dumps(statement.get("predicate"))
+        return sbom.check(text, target.lock, target.version, target.platform)
     except ImageError as e:
         raise ImageError(f"{fail} {e}") from None
+
+
+def _check_image_id(config: str, target: Target, images: dict, fail: str) -> None:
+    version, platform = target.version, target.platform
     if platform not in images:
         raise ImageError(
-            f"{fail} release {record_.version} records no {platform} image ID (./noxw -s release "
-            f"-- {record_.version} --record-images)"
+            f"{fail} release {version} records no {platform} image ID (./noxw -s release "
+            f"-- {version} --record-images)"
         )
     if config != images[platform]:
         raise ImageError(
-            f"{fail} image ID {config[:19]}, release {record_.version} records "
-            f"{images[platform][:19]}"
+            f"{fail} image ID {config[:19]}, release {version} records {images[platform][:19]}"
         )
-    print(
-        f"pax images: {ref} is release {record_.version}'s {platform} image {config[:19]}: "
-        f"signed provenance and SBOM verified",
-        file=log,
-    )
-    return {
-        "image": ref,
-        "digest": digest,
-        "image_id": config,
-        "source": statements["provenance"]["predicate"]["buildDefinition"]["externalParameters"][
-            "source"
-        ]["digest"]["gitCommit"],
-        "base": base,
-        "sbom": bom,
-    }

@@ -45,13 +45,14 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from pax.errors import PaxError, report
 from pax.images import attest, provenance, record
-from pax.images import build as build_lib
 from pax.images import check as check_lib
-from pax.images.build import DEFAULT_BASE_IMAGE, build, dev_ref, verify
-from pax.images.engine import ImageError, image_ref
+from pax.images.build import build, verify
+from pax.images.engine import ImageError
 from pax.images.publish import publish
 from pax.images.smoke import SMOKE_STEPS, smoke
+from pax.images.target import DEFAULT_BASE_IMAGE, resolve
 from pax.images.wheelhouse import prepare_wheelhouse
 from pax.releases import catalog
 
@@ -119,43 +120,40 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(argv: list[str], log=sys.stderr) -> object:
-    """Parse and run one command; raises ImageError (argparse exits 2 on malformed arguments)."""
+    """Parse and run one command; raises ImageError (argparse exits 2 on malformed arguments).
+    The release, platform and lock (and, for what builds or names a dev image, the source) are
+    resolved here once; the commands take the Target."""
     a = parser().parse_args(argv)
-    if getattr(a, "dev", False) and a.cmd not in ("build", "verify"):
-        if a.image:
-            raise ImageError(
-                f"{a.cmd}: --dev and --image name the image twice; give one", usage=True
-            )
-        a.image = dev_ref(a.release, a.platform)
+    dev = getattr(a, "dev", False)
+    if dev and a.cmd not in ("build", "verify") and a.image:
+        raise ImageError(f"{a.cmd}: --dev and --image name the image twice; give one", usage=True)
     if a.cmd == "check":
-        return check_lib.check(a.image, a.key, release=a.release, ca=a.ca_bundle, log=log)
+        ref = check_lib.parse_ref(a.image, a.release)
+        target = resolve(ref.release, ref.platform)
+        return check_lib.check(ref, target, a.key, ca=a.ca_bundle, log=log)
     if a.cmd == "record":
-        return record.record(a.release, a.platforms, base_image=a.base_image, log=log)
+        platforms = a.platforms or list(catalog.IMAGE_PLATFORMS)
+        targets = [resolve(a.release, p, a.base_image, with_source=True) for p in platforms]
+        return record.record(targets, log=log)
+    base_image = getattr(a, "base_image", DEFAULT_BASE_IMAGE)
+    builds_image = a.cmd in ("build", "verify")
+    target = resolve(a.release, a.platform, base_image, dev=dev, with_source=builds_image)
     if a.cmd == "wheelhouse":
-        return prepare_wheelhouse(a.release, a.platform, log=log)
-    if a.cmd in ("build", "verify"):
-        options = dict(base_image=a.base_image, wheelhouse=a.wheelhouse, dev=a.dev, log=log)
-        if a.cmd == "verify":
-            result = verify(a.release, a.platform, **options)
-            if not a.dev:  # a dev image is this checkout's, which no release records
-                result["record"] = record.against(
-                    a.release, a.platform, result["image"], a.base_image, log=log
-                )
-            return result
-        return build(a.release, a.platform, tag=a.tag, **options)
+        return prepare_wheelhouse(target, log=log)
+    if a.cmd == "build":
+        return build(target, tag=a.tag, wheels=a.wheelhouse, log=log)
+    if a.cmd == "verify":
+        result = verify(target, wheels=a.wheelhouse, log=log)
+        if not dev:  # a dev image is this checkout's, which no release records
+            result["record"] = record.against(target, result["image"], log=log)
+        return result
     if a.cmd == "provenance":
-        try:
-            release = catalog.resolve(a.release)
-        except catalog.UnknownRelease as e:
-            raise ImageError(str(e), usage=True) from None
-        image = a.image or image_ref(release.version, a.platform)
-        revision = build_lib.pax_source(a.release, a.platform, dev=True).revision if a.dev else None
-        return provenance.check_image(image, release, a.platform, revision)
+        image = a.image or target.tag
+        revision = target.source.revision if dev else None
+        return provenance.check_image(image, target.release, a.platform, revision)
     if a.cmd == "smoke":
-        return smoke(a.release, a.platform, image=a.image, steps=a.steps, keep=a.keep, log=log)
-    return publish(
-        a.release, a.platform, a.registry, image=a.image, ca=a.ca_bundle, key=a.key, log=log
-    )
+        return smoke(target, image=a.image, steps=a.steps, keep=a.keep, log=log)
+    return publish(target, a.registry, image=a.image, ca=a.ca_bundle, key=a.key, log=log)
 
 
 def run_command(command: str, args, usage: str, log=sys.stderr) -> object:
@@ -169,12 +167,8 @@ def run_command(command: str, args, usage: str, log=sys.stderr) -> object:
 def main(argv: Optional[list[str]] = None) -> int:
     try:
         result = run(sys.argv[1:] if argv is None else argv)
-    except ImageError as e:
-        print(f"pax images: error: {e}", file=sys.stderr)
-        return 2 if e.usage else 1
-    except RuntimeError as e:  # no pip to download or build wheels with (pax.pip)
-        print(f"pax images: error: {e}", file=sys.stderr)
-        return 1
+    except (PaxError, RuntimeError) as e:  # RuntimeError: no pip to download or build with
+        return report("pax images", e)
     except KeyboardInterrupt:
         return 130
     print(json.dumps(result) if isinstance(result, dict) else result)

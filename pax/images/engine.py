@@ -8,16 +8,19 @@ import os
 import subprocess
 from typing import Optional
 
+from pax.errors import FAILURE, USAGE, PaxError, last_line
+
 IMAGE_REPO = os.environ.get("PAX_IMAGE_REPO", "pax")
 LOCK_IN_IMAGE = "/opt/pax/lock.txt"
 
 
-class ImageError(Exception):
+class ImageError(PaxError):
     """One-line failure; `usage` marks bad input (exit 2)."""
 
     def __init__(self, message: str, usage: bool = False):
         super().__init__(message)
         self.usage = usage
+        self.exit_code = USAGE if usage else FAILURE
 
 
 def docker(
@@ -30,10 +33,8 @@ def docker(
             "no docker command on PATH; install a Docker engine or run ci/docker-engine.sh start"
         ) from None
     if check and r.returncode != 0:
-        msg = (r.stderr or r.stdout or "").strip().splitlines()
-        raise ImageError(
-            f"docker {args[0]} failed: {msg[-1] if msg else 'exit ' + str(r.returncode)}"
-        )
+        why = last_line(r.stderr, r.stdout, default=f"exit {r.returncode}")
+        raise ImageError(f"docker {args[0]} failed: {why}")
     return r
 
 
@@ -48,6 +49,20 @@ def require_engine() -> None:
 
 def image_exists(ref: str) -> bool:
     return docker("image", "inspect", ref, check=False).returncode == 0
+
+
+def require_image(image: str, release: str, platform: str) -> str:
+    """`image`, which the Docker engine must answer for and hold (else the build that makes it)."""
+    require_engine()
+    if not image_exists(image):
+        raise ImageError(
+            f"image {image} not found; build it with ./noxw -s build -- {release} {platform}"
+        )
+    return image
+
+
+def image_size(ref: str) -> int:
+    return int(docker("image", "inspect", "-f", "{{.Size}}", ref).stdout.strip())
 
 
 def image_ref(release: str, platform: str) -> str:
@@ -72,8 +87,7 @@ def read_labelled_file(image: str, path: str, label_name: str) -> tuple[str, str
     image's label `label_name` (the SBOM, the provenance statement)."""
     r = _run_python(image, "-c", _READ_BACK, path)
     if r.returncode != 0:
-        lines = (r.stdout + r.stderr).strip().splitlines()
-        raise ImageError(f"{image} has no readable {path}: {lines[-1] if lines else ''}")
+        raise ImageError(f"{image} has no readable {path}: {last_line(r.stderr, r.stdout)}")
     digest, _, text = r.stdout.partition("\n")
     want = label(image, label_name)
     if digest != want:
@@ -84,10 +98,10 @@ def read_labelled_file(image: str, path: str, label_name: str) -> tuple[str, str
     return text, digest
 
 
-def label(image: str, name: str) -> str:
-    """One OCI label of a local image ("" when it has none)."""
-    out = docker("image", "inspect", "-f", "{{json .Config.Labels}}", image).stdout
-    return (json.loads(out) or {}).get(name, "")
+def label(image: str, name: str, missing_ok: bool = False) -> str:
+    """One OCI label of a local image ("" when it has none, or with missing_ok no such image)."""
+    r = docker("image", "inspect", "-f", "{{json .Config.Labels}}", image, check=not missing_ok)
+    return (json.loads(r.stdout) or {}).get(name, "") if r.returncode == 0 else ""
 
 
 def has_pax_env(image: str) -> bool:
@@ -104,18 +118,17 @@ def verify_in_image(image: str) -> str:
     manifest.json will record)."""
     r = _run_python(image, "/opt/pax/verify_image_env.py")
     if r.returncode != 0:
-        lines = (r.stdout + r.stderr).strip().splitlines()
-        raise ImageError(f"in-image verification of {image} failed: {lines[-1] if lines else ''}")
+        raise ImageError(
+            f"in-image verification of {image} failed: {last_line(r.stderr, r.stdout)}"
+        )
     if not has_pax_env(image):
         return f"{r.stdout.strip()}\npax env: not in this image's pax (its source predates it)"
     env = _run_python(image, "-m", "pax", "env", "--json")
     try:
         desc = json.loads(env.stdout)
     except json.JSONDecodeError:
-        lines = (env.stdout + env.stderr).strip().splitlines()
-        raise ImageError(
-            f"`python -m pax env` in {image} failed: {lines[-1] if lines else env.returncode}"
-        ) from None
+        why = last_line(env.stderr, env.stdout, default=str(env.returncode))
+        raise ImageError(f"`python -m pax env` in {image} failed: {why}") from None
     want = label(image, "io.pax.lock.sha256")
     if env.returncode != 0 or desc["state"] != "exact" or desc["notes"]:
         rows = ", ".join(

@@ -15,23 +15,21 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from pax.errors import last_line
 from pax.images import attest, provenance
 from pax.images.engine import (
     IMAGE_REPO,
     ImageError,
     docker,
-    image_exists,
-    image_ref,
     label,
     read_labelled_file,
-    require_engine,
+    require_image,
     verify_in_image,
 )
 from pax.images.registry import Registry, ca_bundle, credentials
 from pax.images.sbom import SBOM_IN_IMAGE, SBOM_LABEL
 from pax.images.sbom import check_image as check_sbom
-from pax.images.wheelhouse import lock_path, sha256_file
-from pax.releases import catalog
+from pax.images.target import Target
 
 REVISION_LABEL = "org.opencontainers.image.revision"
 VERSION_LABEL = "org.opencontainers.image.version"
@@ -57,18 +55,19 @@ def _repo_digests(image: str) -> list:
     return json.loads(out or "null") or []
 
 
-def check_labels(image: str, source: str, release: str, platform: str, lock: Path) -> dict:
+def check_labels(image: str, source: str, target: Target) -> dict:
     """The pulled image's labels name this release (a dev build's version is
     <release>-dev.<sha>), platform and lock, and the version and revision of the image that was
     pushed."""
     labels, pushed = _labels(image), _labels(source)
+    release = target.version
     revision, version = pushed.get(REVISION_LABEL, ""), pushed.get(VERSION_LABEL, "")
     if version != release and not version.startswith(f"{release}-dev."):
         version = release
     want = {
         VERSION_LABEL: version,
-        "io.pax.platform": platform,
-        "io.pax.lock.sha256": sha256_file(lock),
+        "io.pax.platform": target.platform,
+        "io.pax.lock.sha256": target.lock_sha256,
         REVISION_LABEL: revision,
     }
     wrong = [
@@ -84,23 +83,18 @@ def check_labels(image: str, source: str, release: str, platform: str, lock: Pat
 def _push(ref: str, registry: str) -> None:
     r = docker("push", ref, check=False)
     if r.returncode != 0:
-        lines = [ln.strip() for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
-        raise ImageError(
-            f"registry {registry} refused the push of {ref}: "
-            f"{lines[-1] if lines else 'exit ' + str(r.returncode)}"
-        )
+        why = last_line(r.stderr, r.stdout, default=f"exit {r.returncode}")
+        raise ImageError(f"registry {registry} refused the push of {ref}: {why}")
 
 
-def _verify(
-    by_digest: str, image: str, release: str, platform: str, lock: Path, revision: Optional[str]
-) -> tuple:
+def _verify(by_digest: str, image: str, target: Target, revision: Optional[str]) -> tuple:
     """Pull back by digest and check it; `revision`: a dev image's source commit, None for a
     release image (checked against the release's recorded source)."""
     r = docker("pull", by_digest, check=False)
     if r.returncode != 0:
         raise ImageError(f"pull of {by_digest} failed: {(r.stderr or r.stdout).strip()}")
     try:
-        check_labels(by_digest, image, release, platform, lock)
+        check_labels(by_digest, image, target)
         ids = [docker("image", "inspect", "-f", "{{.Id}}", i).stdout for i in (by_digest, image)]
         if ids[0] != ids[1]:
             raise ImageError(f"{by_digest} pulled back a different image than {image}")
@@ -108,9 +102,9 @@ def _verify(
         # The bill of materials, as pulled: its sha256 is the label's, its content the lock's;
         # the provenance statement agrees with the release record (a dev image's source is the
         # checkout commit its label names).
-        bom = check_sbom(by_digest, lock, release, platform)
-        record = catalog.load(lock.parent)
-        return report, bom, provenance.check_image(by_digest, record, platform, revision)
+        bom = check_sbom(by_digest, target.lock, target.version, target.platform)
+        origin = provenance.check_image(by_digest, target.release, target.platform, revision)
+        return report, bom, origin
     finally:
         docker("rmi", by_digest, check=False)
 
@@ -158,30 +152,24 @@ def _delete_candidate(reg: Registry, tag: str) -> bool:
 
 
 def publish(
-    release: str,
-    platform: str,
+    target: Target,
     registry: str,
     image: Optional[str] = None,
     ca: Optional[Path] = None,
     key: Optional[Path] = None,
     log=sys.stderr,
 ) -> dict:
-    """Push pax:<release>-<platform> under a candidate tag, verify what the registry serves,
-    with `key` (an ed25519 private key, PEM) attach its signed attestations, then move
+    """Push the image (default target.tag) under a candidate tag, verify what the registry
+    serves, with `key` (an ed25519 private key, PEM) attach its signed attestations, then move
     <release>-<platform> and latest-<platform> to it."""
-    lock = lock_path(release, platform)
+    release, platform = target.version, target.platform
     key_signer = attest.signer(key) if key else None
     if not re.fullmatch(r"[A-Za-z0-9.-]+(:\d+)?", registry or ""):
         raise ImageError(
             f"bad --registry {registry!r}: write HOST:PORT, e.g. 127.0.0.1:5000", usage=True
         )
     reg = client(registry, ca)
-    require_engine()
-    image = image or image_ref(release, platform)
-    if not image_exists(image):
-        raise ImageError(
-            f"image {image} not found; build it with ./noxw -s build -- {release} {platform}"
-        )
+    image = require_image(image or target.tag, release, platform)
     reg.check_access()
     # The image as it is now, by ID: a tag moved meanwhile cannot change what is pushed and checked.
     image_id = docker("image", "inspect", "-f", "{{.Id}}", image).stdout.strip()
@@ -206,9 +194,7 @@ def publish(
         if served is None:
             raise ImageError(f"registry {registry} has no {IMAGE_REPO}:{candidate} after the push")
         digest, body, media = served
-        report, bom, origin = _verify(
-            f"{remote}@{digest}", image_id, release, platform, lock, revision
-        )
+        report, bom, origin = _verify(f"{remote}@{digest}", image_id, target, revision)
         signed = key_signer and _attest(reg, remote, digest, image_id, key_signer)
         _move_tags(reg, tags, body, media, before)
     finally:

@@ -19,9 +19,9 @@ import tempfile
 from pathlib import Path
 
 from pax.images import buildah, reproduce
-from pax.images.build import DEFAULT_BASE_IMAGE, build
+from pax.images.build import build
 from pax.images.engine import ImageError, docker, image_exists, label, require_engine
-from pax.images.wheelhouse import lock_path
+from pax.images.target import Target
 from pax.releases import catalog
 
 TABLE = "images"
@@ -59,33 +59,22 @@ def recorded(release: catalog.Release) -> dict:
     return dict(release.meta.get(TABLE, {}))
 
 
-def record(
-    version: str,
-    platforms: list[str] | None = None,
-    base_image: str = DEFAULT_BASE_IMAGE,
-    log=sys.stderr,
-) -> dict:
-    """Build each platform's image of the release (an image already tagged with the same
-    provenance is kept) and write [images] into its release.toml; returns the table."""
-    platforms = platforms or list(catalog.IMAGE_PLATFORMS)
-    for platform in platforms:
-        lock_path(version, platform)  # a wrong release or platform: usage error, engine or not
-        if platform not in catalog.IMAGE_PLATFORMS:
-            raise ImageError(
-                f"no image for platform {platform!r}; images: {', '.join(catalog.IMAGE_PLATFORMS)}",
-                usage=True,
-            )
+def record(targets: list[Target], log=sys.stderr) -> dict:
+    """Build each target's image (one release's platforms, on one base; an image already tagged
+    with the same provenance is kept) and write [images] into the release's release.toml;
+    returns the table."""
     require_engine()
-    release = catalog.resolve(version)
+    release = targets[0].release
     table = {**recorded(release), "recorded": datetime.date.today()}
-    table.update(base_facts(base_image))
+    table.update(base_facts(targets[0].base_image))
     table["builder"] = f"buildah {buildah.version()}"
-    for platform in platforms:
-        facts = image_facts(build(version, platform, base_image=base_image, log=log))
+    for target in targets:
+        facts = image_facts(build(target, log=log))
+        platform = target.platform
         table[platform] = facts["id"]
         table[f"{platform}_layers"] = facts["layers"]
         table[f"{platform}_recipe_sha256"] = facts["recipe"]
-        print(f"pax images: recorded {version} {platform}: {facts['id']}", file=log)
+        print(f"pax images: recorded {target.version} {platform}: {facts['id']}", file=log)
     path = release.dir / "release.toml"
     path.write_text(with_table(path.read_text(), table))
     return {k: str(v) if isinstance(v, datetime.date) else v for k, v in table.items()}
@@ -122,10 +111,11 @@ def with_table(toml_text: str, table: dict) -> str:
     return head.rstrip("\n") + "\n\n" + render(table) + (sep + locks if sep else "")
 
 
-def against(version: str, platform: str, tag: str, base_image: str, log=sys.stderr) -> dict:
+def against(target: Target, tag: str, log=sys.stderr) -> dict:
     """The built image `tag` against the release's record: {"recorded": ID, "agrees": True}, or
     {"recorded": None} when the release records none; ImageError naming why it differs."""
-    want = recorded(catalog.resolve(version))
+    version, platform = target.version, target.platform
+    want = recorded(target.release)
     if platform not in want:
         hint = f"./noxw -s release -- {version} --record-images"
         print(f"pax images: release {version} records no {platform} image ID ({hint})", file=log)
@@ -134,7 +124,8 @@ def against(version: str, platform: str, tag: str, base_image: str, log=sys.stde
     if facts["id"] == want[platform]:
         print(f"pax images: {tag} is the recorded image {want[platform]}", file=log)
         return {"recorded": want[platform], "agrees": True}
-    reasons = explain(want, platform, facts, base_facts(base_image), f"buildah {buildah.version()}")
+    builder = f"buildah {buildah.version()}"
+    reasons = explain(want, platform, facts, base_facts(target.base_image), builder)
     reasons += _files_against_copy(want[platform], tag)
     raise ImageError(
         f"{tag} is {facts['id'][:19]}, release {version} records {want[platform][:19]}: "

@@ -8,16 +8,16 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
+from pax.errors import last_line
 from pax.images import buildah
 from pax.images.engine import ImageError
 
 DIFFOSCOPE_TIMEOUT_S = 900
 MAX_FILES = 20  # per layer, in the report
+TAGS = ("localhost/pax-verify:a", "localhost/pax-verify:b")  # the two builds, in buildah's store
 
 
 def _blob(layout: Path, digest: str) -> Path:
@@ -48,8 +48,8 @@ def differing_files(a: Path, b: Path) -> list[str]:
     try:
         report = json.loads(r.stdout)
     except json.JSONDecodeError:
-        lines = r.stderr.strip().splitlines()
-        raise ImageError(f"diffoscope failed: {lines[-1] if lines else r.returncode}") from None
+        why = last_line(r.stderr, default=str(r.returncode))
+        raise ImageError(f"diffoscope failed: {why}") from None
     return list(_members(report))
 
 
@@ -87,27 +87,12 @@ def compare(a: Path, b: Path) -> list[str]:
     return lines
 
 
-def verify(build_once, keep=None, log=sys.stderr) -> dict:
-    """Run `build_once(tag) -> image ID` twice; ImageError naming the differences when the IDs
-    differ, else `keep(tag)` on the first (to copy it out). The two builds are removed from
-    buildah's store afterwards."""
-    tags = [f"localhost/pax-verify:{n}" for n in ("a", "b")]
-    ids, seconds = [], []
-    try:
-        for tag in tags:
-            t0 = time.monotonic()
-            ids.append(build_once(tag))
-            seconds.append(round(time.monotonic() - t0, 1))
-            print(f"pax images: verify build {len(ids)}: {ids[-1]} in {seconds[-1]:.0f}s", file=log)
-        if ids[0] == ids[1]:
-            if keep:
-                keep(tags[0])
-            return {"image_id": ids[0], "build_seconds": seconds}
-        with tempfile.TemporaryDirectory(prefix="pax-verify-") as tmp:
-            a, b = (buildah.save(tag, Path(tmp) / name) for tag, name in zip(tags, "ab"))
-            differences = compare(a, b)
-        raise ImageError(
-            f"two builds gave {ids[0]} and {ids[1]}: " + "; ".join(differences or ["?"])
-        )
-    finally:
-        buildah.remove(*tags)
+def compare_builds(ids: list[str]) -> None:
+    """Nothing when the two builds tagged TAGS gave one image ID; else ImageError naming the
+    config fields, layers and files that differ."""
+    if ids[0] == ids[1]:
+        return
+    with tempfile.TemporaryDirectory(prefix="pax-verify-") as tmp:
+        a, b = (buildah.save(tag, Path(tmp) / name) for tag, name in zip(TAGS, "ab"))
+        differences = compare(a, b)
+    raise ImageError(f"two builds gave {ids[0]} and {ids[1]}: " + "; ".join(differences or ["?"]))

@@ -24,6 +24,7 @@ import zipfile
 from pathlib import Path
 
 from pax import lockfile
+from pax.errors import report
 from pax.images.engine import ImageError, read_labelled_file
 
 SBOM_IN_IMAGE = "/opt/pax/sbom.cdx.json"
@@ -75,19 +76,40 @@ def generate(
     checks it first); a wheel whose sha256 the lock does not list is refused here too, unless
     verify_hashes is off (the build then relies on pip's --require-hashes alone, and the SBOM
     records each wheel's own digest)."""
-    from cyclonedx.contrib.license.factories import LicenseFactory
     from cyclonedx.contrib.this.builders import this_component
-    from cyclonedx.model import HashAlgorithm, HashType, Property
     from cyclonedx.model.bom import Bom, BomMetaData
+    from cyclonedx.output.json import JsonV1Dot6
+
+    lock_sha = lockfile.sha256_file(lock)
+    parts, metas = _components(lock, wheelhouse, pax_wheel, verify_hashes)
+    subject = _subject(release, platform, lock_sha)
+    pax_sha = lockfile.sha256_file(pax_wheel)
+    bom = Bom(
+        serial_number=uuid.uuid5(
+            uuid.NAMESPACE_URL, f"pax-sbom:{release}-{platform}:{lock_sha}:{pax_sha}"
+        ),
+        metadata=BomMetaData(
+            component=subject,
+            timestamp=datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc),
+        ),
+    )
+    bom.metadata.tools.components.add(this_component())
+    for part in parts.values():
+        bom.components.add(part)
+    bom.register_dependency(subject, parts.values())
+    _register_requirements(bom, parts, metas)
+    return JsonV1Dot6(bom).output_as_string(indent=1) + "\n"
+
+
+def _components(lock: Path, wheelhouse: Path, pax_wheel: Path, verify_hashes: bool):
+    """({name: component}, {name: wheel metadata}): one per lock pin, from the wheel the image
+    installs, then pax's."""
+    from cyclonedx.contrib.license.factories import LicenseFactory
+    from cyclonedx.model import HashAlgorithm, HashType, Property
     from cyclonedx.model.component import Component, ComponentType
     from cyclonedx.model.license import LicenseAcknowledgement
-    from cyclonedx.output.json import JsonV1Dot6
     from packageurl import PackageURL
-    from packaging.requirements import InvalidRequirement, Requirement
 
-    pins = lockfile.parse_lockfile(lock)
-    lock_sha = lockfile.sha256_file(lock)
-    wheels = _wheels_by_name(wheelhouse)
     factory, declared = LicenseFactory(), LicenseAcknowledgement.DECLARED
 
     def component(name, version, wheel, meta):
@@ -104,19 +126,9 @@ def generate(
             properties=[Property(name="pax:wheel", value=wheel.name)],
         )
 
-    subject = Component(
-        type=ComponentType.CONTAINER,
-        name="pax",
-        version=f"{release}-{platform}",
-        bom_ref=f"pax-image:{release}-{platform}",
-        properties=[
-            Property(name="pax:release", value=release),
-            Property(name="pax:platform", value=platform),
-            Property(name="pax:lock.sha256", value=lock_sha),
-        ],
-    )
+    wheels = _wheels_by_name(wheelhouse)
     metas, parts = {}, {}
-    for name, pin in sorted(pins.items()):
+    for name, pin in sorted(lockfile.parse_lockfile(lock).items()):
         wheel = wheels.get(name)
         if wheel is None:
             raise ImageError(f"SBOM: no wheel for {name}=={pin.version} in {wheelhouse}")
@@ -127,26 +139,35 @@ def generate(
             )
         metas[name] = _wheel_metadata(wheel)
         parts[name] = component(name, pin.version, wheel, metas[name])
-    pax_meta = _wheel_metadata(pax_wheel)
-    parts["pax"] = component("pax", pax_meta["Version"], pax_wheel, pax_meta)
-    metas["pax"] = pax_meta
+    metas["pax"] = _wheel_metadata(pax_wheel)
+    parts["pax"] = component("pax", metas["pax"]["Version"], pax_wheel, metas["pax"])
+    return parts, metas
 
-    pax_sha = lockfile.sha256_file(pax_wheel)
-    bom = Bom(
-        serial_number=uuid.uuid5(
-            uuid.NAMESPACE_URL, f"pax-sbom:{release}-{platform}:{lock_sha}:{pax_sha}"
-        ),
-        metadata=BomMetaData(
-            component=subject,
-            timestamp=datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc),
-        ),
+
+def _subject(release: str, platform: str, lock_sha: str):
+    """The image itself: the BOM's subject."""
+    from cyclonedx.model import Property
+    from cyclonedx.model.component import Component, ComponentType
+
+    return Component(
+        type=ComponentType.CONTAINER,
+        name="pax",
+        version=f"{release}-{platform}",
+        bom_ref=f"pax-image:{release}-{platform}",
+        properties=[
+            Property(name="pax:release", value=release),
+            Property(name="pax:platform", value=platform),
+            Property(name="pax:lock.sha256", value=lock_sha),
+        ],
     )
-    bom.metadata.tools.components.add(this_component())
-    for part in parts.values():
-        bom.components.add(part)
-    bom.register_dependency(subject, parts.values())
-    # Edges from each wheel's Requires-Dist that hold in the image (markers evaluated for this
-    # interpreter, which builds for the image's: CPython catalog.PYTHON on Linux x86_64; no extras).
+
+
+def _register_requirements(bom, parts: dict, metas: dict) -> None:
+    """Edges from each wheel's Requires-Dist that hold in the image (markers evaluated for this
+    interpreter, which builds for the image's: CPython catalog.PYTHON on Linux x86_64; no
+    extras)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
     for name, meta in metas.items():
         needs = set()
         for line in meta.get_all("Requires-Dist") or []:
@@ -157,7 +178,6 @@ def generate(
             if req.marker is None or req.marker.evaluate({"extra": ""}):
                 needs.add(lockfile.canonicalize(req.name))
         bom.register_dependency(parts[name], [parts[n] for n in sorted(needs) if n in parts])
-    return JsonV1Dot6(bom).output_as_string(indent=1) + "\n"
 
 
 def check(text: str, lock: Path, release: str, platform: str) -> dict:
@@ -234,8 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             verify_hashes=not a.no_verify_hashes,
         )
     except ImageError as e:
-        print(f"pax images: error: {e}", file=sys.stderr)
-        return 1
+        return report("pax images", e)
     a.out.write_text(text)
     print(hashlib.sha256(text.encode()).hexdigest())
     return 0

@@ -13,16 +13,9 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional
 
-from pax.images.engine import (
-    ImageError,
-    docker,
-    has_pax_env,
-    image_exists,
-    image_ref,
-    require_engine,
-    verify_in_image,
-)
-from pax.images.wheelhouse import lock_path, sha256_file
+from pax.errors import last_line
+from pax.images.engine import ImageError, docker, has_pax_env, require_image, verify_in_image
+from pax.images.target import Target
 
 SMOKE_EXPERIMENT = "tasks.lm.params.lm_cloud.LmCloudSpmdTiny"
 SMOKE_STEPS = 20
@@ -84,21 +77,15 @@ def check_job_dir(job: Path, release: str, lock_sha: str, env_state: bool = True
 
 
 def smoke(
-    release: str,
-    platform: str,
+    target: Target,
     image: Optional[str] = None,
     steps: int = SMOKE_STEPS,
     keep: Optional[Path] = None,
     log=sys.stderr,
 ) -> dict:
-    """Train the tiny experiment in the image, offline, and check its job directory."""
-    lock = lock_path(release, platform)
-    require_engine()
-    image = image or image_ref(release, platform)
-    if not image_exists(image):
-        raise ImageError(
-            f"image {image} not found; build it with ./noxw -s build -- {release} {platform}"
-        )
+    """Train the tiny experiment in the image (default target.tag), offline, and check its job
+    directory."""
+    image = require_image(image or target.tag, target.version, target.platform)
     verify_in_image(image)
     env_state = has_pax_env(image)
     out = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="pax-smoke-"))
@@ -121,9 +108,9 @@ def smoke(
             check=False,
         )
         if r.returncode != 0:
-            lines = (r.stdout + r.stderr).strip().splitlines()
-            raise ImageError(f"smoke: {image} exited {r.returncode}: {lines[-1] if lines else ''}")
-        result = check_job_dir(out / "job", release, sha256_file(lock), env_state=env_state)
+            why = last_line(r.stderr, r.stdout)
+            raise ImageError(f"smoke: {image} exited {r.returncode}: {why}")
+        result = check_job_dir(out / "job", target.version, target.lock_sha256, env_state=env_state)
         result["seconds"] = round(time.monotonic() - t0, 1)
         print(
             f"pax images: smoke {image}: {len(result['checkpoints'])} checkpoint(s), loss "

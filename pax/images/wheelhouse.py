@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import sys
-import tomllib
 from pathlib import Path
 from typing import Optional
 
 from pax import lockfile, paths
 from pax.environments import install
+from pax.errors import last_line
 from pax.images.engine import ImageError
+from pax.images.target import Target
 from pax.releases import catalog
 
 # Linux x86_64, glibc 2.36 (bookworm, the base of both catalog.LOCAL_BASE_IMAGE and BASE_IMAGE).
@@ -24,36 +25,6 @@ WHEEL_PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(GLIBC_MINOR, 16, -1)
 ]
 PYTHON_VERSION = catalog.PYTHON
 HASH_MISMATCH_MARKERS = ("DO NOT MATCH THE HASHES", "THESE PACKAGES DO NOT MATCH")
-
-
-def lock_path(release: str, platform: str) -> Path:
-    """The release's lockfile for an image platform, or a one-line usage error."""
-    if platform not in catalog.IMAGE_PLATFORMS:
-        raise ImageError(
-            f"unknown image platform {platform!r}: images exist for "
-            f"{', '.join(catalog.IMAGE_PLATFORMS)}",
-            usage=True,
-        )
-    try:
-        rel = catalog.resolve(release)
-    except catalog.UnknownRelease as e:
-        raise ImageError(str(e), usage=True) from None
-    except tomllib.TOMLDecodeError as e:
-        raise ImageError(f"release {release}: release.toml: {e}") from None
-    lock = rel.lockfile(platform)
-    if not lock.is_file():
-        raise ImageError(
-            f"release {release} has no {platform} lockfile ({lock}); create it with "
-            f"./noxw -s lock -- {release}",
-            usage=True,
-        )
-    frozen, actual = rel.recorded_sha256(platform), sha256_file(lock)
-    if frozen and frozen != actual:
-        raise ImageError(
-            f"{lock} has sha256 {actual[:12]}..., but {rel.dir}/release.toml "
-            f"records {frozen[:12]}...; restore the lockfile (releases are frozen)"
-        )
-    return lock
 
 
 sha256_file = lockfile.sha256_file
@@ -109,18 +80,35 @@ def check_wheelhouse(lock: Path, wheelhouse: Path) -> None:
             )
 
 
-def prepare_wheelhouse(
-    release: str, platform: str, dest: Optional[Path] = None, log=sys.stderr
+def for_build(
+    target: Target, wheelhouse: Optional[Path] = None, check_hashes: bool = True, log=sys.stderr
 ) -> Path:
+    """The wheelhouse a build copies (default: wheelhouse/<release>-<platform>, where what it
+    lacks is downloaded); with check_hashes, checked against the lock (offline when complete)."""
+    default = wheelhouse is None
+    wheelhouse = Path(wheelhouse) if wheelhouse else wheelhouse_dir(target.version, target.platform)
+    if check_hashes:
+        try:
+            check_wheelhouse(target.lock, wheelhouse)
+        except ImageError as e:
+            if not (default and "lacks wheels" in str(e)):
+                raise
+            prepare_wheelhouse(target, wheelhouse, log=log)  # fetch what is missing
+    return wheelhouse
+
+
+def prepare_wheelhouse(target: Target, dest: Optional[Path] = None, log=sys.stderr) -> Path:
     """pip download the lock's wheels (hash-checked) for the image's interpreter and platform."""
-    lock = lock_path(release, platform)
-    dest = Path(dest) if dest else wheelhouse_dir(release, platform)
+    lock = target.lock
+    dest = Path(dest) if dest else wheelhouse_dir(target.version, target.platform)
     dest.mkdir(parents=True, exist_ok=True)
     abis = ["cp" + PYTHON_VERSION.replace(".", ""), "abi3", "none"]
     image_python = ["--python-version", PYTHON_VERSION, "--implementation", "cp"]
     image_python += [a for abi in abis for a in ("--abi", abi)]
     image_python += [a for tag in WHEEL_PLATFORMS for a in ("--platform", tag)]
-    print(f"pax images: downloading {release}-{platform} wheels into {dest}", file=log)
+    print(
+        f"pax images: downloading {target.version}-{target.platform} wheels into {dest}", file=log
+    )
     r = install.download(lock, dest, *image_python)
     if r.returncode != 0:
         out = r.stdout + r.stderr
@@ -129,7 +117,7 @@ def prepare_wheelhouse(
                 f"wheel hash mismatch while downloading {lock}: a file in {dest} or "
                 f"from the index does not match the lock; delete {dest} and rerun"
             )
-        last = [ln for ln in out.strip().splitlines() if ln.strip()][-1:] or ["(no output)"]
-        raise ImageError(f"pip download for {lock} failed: {last[0].strip()}")
+        why = last_line(r.stderr, r.stdout, default="(no output)")
+        raise ImageError(f"pip download for {lock} failed: {why}")
     check_wheelhouse(lock, dest)
     return dest

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pax.images import build, engine
+from pax.images import build, engine, target
 from pax.images import wheelhouse as wheelhouse_lib
 from pax.releases import catalog
 from tests.bisect.wheels import build_index, build_wheel, sha256, write_lock
@@ -34,9 +34,10 @@ PLATFORM = "tpu"
 @pytest.fixture(scope="module")
 def image():
     engine.require_engine()
-    ref = build.dev_ref(RELEASE, PLATFORM)
+    dev = target.resolve(RELEASE, PLATFORM, dev=True)
+    ref = dev.tag
     if not engine.image_exists(ref):
-        build.build(RELEASE, PLATFORM, dev=True)
+        build.build(dev)
     return ref
 
 
@@ -122,11 +123,12 @@ def test_hermetic_scenario_in_the_image(image, tmp_path):
 
 def test_image_lock_as_good(image, tmp_path):
     wheelhouse = wheelhouse_lib.wheelhouse_dir(RELEASE, PLATFORM)
-    lock = wheelhouse_lib.lock_path(RELEASE, PLATFORM)
+    release = target.resolve(RELEASE, PLATFORM)
+    lock = release.lock
     try:
         wheelhouse_lib.check_wheelhouse(lock, wheelhouse)
     except engine.ImageError:
-        wheelhouse_lib.prepare_wheelhouse(RELEASE, PLATFORM)
+        wheelhouse_lib.prepare_wheelhouse(release)
     extra = tmp_path / "extra"
     extra.mkdir()
     breaker = build_wheel(extra, "breaker", "1.0")

@@ -16,19 +16,16 @@ import sys
 
 import pytest
 
-from pax.images import attest, build, publish
+from pax.images import attest, build, publish, target
 from pax.images import engine as image_engine
 from pax.images import record as image_record
 from pax.paths import ROOT
 from pax.releases import catalog
 from tests.images import cyclonedx_schema, intoto_protos
+from tests.images.containers import needs_engine
 from tests.images.test_publish_docker import _free_port, _registry_sh
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("PAX_CONTAINER_TESTS") != "1",
-    reason="container tests need a Docker engine: set PAX_CONTAINER_TESTS=1 "
-    "(after ci/docker-engine.sh start and ci/base-image.sh)",
-)
+pytestmark = needs_engine
 
 TOOLS = ROOT / ".tools" / "venv"  # ./noxw's venv: the DSSE library (requirements/tools.in)
 RELEASE = catalog.newest().version  # the newest release records its image IDs
@@ -42,14 +39,6 @@ def dsse():
     sys.path.append(str(site))
     yield attest
     sys.path.remove(str(site))
-
-
-@pytest.fixture(scope="module")
-def docker_config(tmp_path_factory):
-    path = tmp_path_factory.mktemp("docker-config")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DOCKER_CONFIG", str(path))
-        yield path
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +79,7 @@ def _tools_python(*args, engine: bool = True):
 def published(registry, keys):
     image_engine.require_engine()
     if not image_engine.image_exists(image_engine.image_ref(RELEASE, PLATFORM)):
-        build.build(RELEASE, PLATFORM)
+        build.build(target.resolve(RELEASE, PLATFORM, with_source=True))
     r = _tools_python("publish", RELEASE, PLATFORM, "--registry", registry, "--key", str(keys[0]))
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)

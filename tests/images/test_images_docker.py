@@ -20,17 +20,14 @@ import sys
 import pytest
 
 from pax import envinfo, lockfile
-from pax.images import build, buildah, provenance, publish, sbom, smoke, wheelhouse
+from pax.images import build, buildah, context, provenance, publish, sbom, smoke, target, wheelhouse
 from pax.images import engine as image_engine
 from pax.paths import ROOT
 from pax.releases import catalog, source
 from tests.images import cyclonedx_schema
+from tests.images.containers import needs_engine
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("PAX_CONTAINER_TESTS") != "1",
-    reason="container tests need a Docker engine: set PAX_CONTAINER_TESTS=1 "
-    "(after ci/docker-engine.sh start and ci/base-image.sh)",
-)
+pytestmark = needs_engine
 
 RELEASE = os.environ.get("PAX_CONTAINER_RELEASE") or catalog.newest().version
 PLATFORM = "tpu"
@@ -39,6 +36,14 @@ SOURCE_BUILT = "1.4.0"  # a release built from its own source, older than pax en
 
 def _docker(*args, check=True):
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=check)
+
+
+def _sh(image, script, *docker_args, check=True):
+    """`sh -c SCRIPT` in the image, offline, as its user unless docker_args say otherwise."""
+    return _docker(
+        "run", "--rm", "--network", "none", *docker_args, "--entrypoint", "sh", image, "-c", script,
+        check=check,
+    )  # fmt: skip
 
 
 def _free_port() -> int:
@@ -50,8 +55,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def engine():
     image_engine.require_engine()
-    if not image_engine.image_exists(build.DEFAULT_BASE_IMAGE):
-        pytest.fail(f"{build.DEFAULT_BASE_IMAGE} missing: run ci/base-image.sh")
+    if not image_engine.image_exists(target.DEFAULT_BASE_IMAGE):
+        pytest.fail(f"{target.DEFAULT_BASE_IMAGE} missing: run ci/base-image.sh")
 
 
 @pytest.fixture
@@ -80,7 +85,7 @@ def _temp_build_tags():
 
 def _dev_image() -> str:
     """This checkout's image on RELEASE's lock (up to date, not rebuilt, when CI built it)."""
-    return build.build(RELEASE, PLATFORM, dev=True)
+    return build.build(target.resolve(RELEASE, PLATFORM, dev=True))
 
 
 def test_build_smoke_publish_pull(engine, registry, tmp_path):
@@ -89,7 +94,8 @@ def test_build_smoke_publish_pull(engine, registry, tmp_path):
     match = re.fullmatch(rf"pax:{RELEASE}-{PLATFORM}-dev\.([0-9a-f]{{7}})(\.dirty)?", tag)
     assert match, tag
     assert not _temp_build_tags()
-    lock_sha = wheelhouse.sha256_file(wheelhouse.lock_path(RELEASE, PLATFORM))
+    release = target.resolve(RELEASE, PLATFORM)
+    lock_sha = release.lock_sha256
     info = json.loads(_docker("image", "inspect", tag).stdout)[0]
     labels, config = info["Config"]["Labels"], info["Config"]
     assert labels["org.opencontainers.image.version"] == tag.removeprefix("pax:").replace(
@@ -99,8 +105,8 @@ def test_build_smoke_publish_pull(engine, registry, tmp_path):
     revision = labels["org.opencontainers.image.revision"]
     assert revision == labels["io.pax.source.revision"] and revision.startswith(match[1])
     assert revision.endswith("-dirty") == bool(match[2])
-    assert labels["io.pax.recipe.sha256"] == build.recipe_sha256(PLATFORM)
-    assert labels["io.pax.base.id"] == buildah.base_id(build.DEFAULT_BASE_IMAGE)
+    assert labels["io.pax.recipe.sha256"] == context.recipe_sha256(PLATFORM)
+    assert labels["io.pax.base.id"] == buildah.base_id(target.DEFAULT_BASE_IMAGE)
     assert labels["org.opencontainers.image.created"]
     env = dict(e.split("=", 1) for e in config["Env"])
     assert env["PAX_RELEASE"] == RELEASE and env["PAX_LOCK_SHA256"] == lock_sha
@@ -109,15 +115,8 @@ def test_build_smoke_publish_pull(engine, registry, tmp_path):
     assert config["User"] not in ("", "0", "root", "0:0")
     assert config["Entrypoint"] == ["python", "-m", "pax.main"]
     # Only the runtime: no pip, no wheelhouse, no build tools; the lock is baked in.
-    probe = _docker(
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "--entrypoint",
-        "sh",
+    probe = _sh(
         tag,
-        "-c",
         "id -u; ls /opt/venv/bin; test ! -e /wheelhouse && test ! -e /opt/build-tools "
         "&& test ! -e /paxwheel && sha256sum /opt/pax/lock.txt",
     ).stdout.split()
@@ -125,14 +124,14 @@ def test_build_smoke_publish_pull(engine, registry, tmp_path):
     assert "pip" not in probe and "python" in probe
     assert lock_sha in probe
 
-    result = smoke.smoke(RELEASE, PLATFORM, image=tag, keep=tmp_path / "smoke")
+    result = smoke.smoke(release, image=tag, keep=tmp_path / "smoke")
     assert result["last_loss"] < result["first_loss"]
     manifest = json.loads((tmp_path / "smoke" / "job" / "manifest.json").read_text())
     assert manifest["release"] == RELEASE and manifest["lock_sha256"] == lock_sha
     assert manifest["env"]["state"] == "exact"
     assert manifest["env"]["identity"] == "/opt/venv/pax-env.json"
 
-    published = publish.publish(RELEASE, PLATFORM, registry, image=tag)
+    published = publish.publish(release, registry, image=tag)
     digest = published["digest"]
     # A dev image goes under its own tag; the release's tag and latest name release images only.
     dev_tag = tag.removeprefix("pax:")
@@ -159,19 +158,7 @@ def test_build_smoke_publish_pull(engine, registry, tmp_path):
 
 
 def _pax_env(image, *docker_args, script="python -m pax env --json"):
-    r = _docker(
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        *docker_args,
-        "--entrypoint",
-        "sh",
-        image,
-        "-c",
-        script,
-        check=False,
-    )
+    r = _sh(image, script, *docker_args, check=False)
     return r.returncode, json.loads(r.stdout)
 
 
@@ -180,7 +167,7 @@ def test_image_names_its_environment_and_carries_a_valid_sbom(engine, tmp_path):
     valid CycloneDX whose sha256 is the label's; `pax env` in it is exact (identity file alone,
     without the image's PAX_* variables), and drifted once a package's version changes."""
     tag = _dev_image()
-    lock = wheelhouse.lock_path(RELEASE, PLATFORM)
+    lock = target.resolve(RELEASE, PLATFORM).lock
     labels = json.loads(_docker("image", "inspect", tag).stdout)[0]["Config"]["Labels"]
     container = _docker("create", tag).stdout.strip()
     try:
@@ -217,7 +204,8 @@ def test_image_names_its_environment_and_carries_a_valid_sbom(engine, tmp_path):
 
 
 def test_tampered_wheelhouse_fails_and_tags_nothing(engine, tmp_path):
-    good = wheelhouse.prepare_wheelhouse(RELEASE, PLATFORM)
+    release = target.resolve(RELEASE, PLATFORM, with_source=True)
+    good = wheelhouse.prepare_wheelhouse(release)
     bad = tmp_path / "wheelhouse"
     bad.mkdir()
     wheels = sorted(good.glob("*.whl"), key=lambda p: p.stat().st_size)
@@ -234,10 +222,10 @@ def test_tampered_wheelhouse_fails_and_tags_nothing(engine, tmp_path):
 
     # The host-side check refuses first...
     with pytest.raises(image_engine.ImageError, match=f"wheel hash mismatch: {victim.name}"):
-        build.build(RELEASE, PLATFORM, tag=tag, wheelhouse=bad)
+        build.build(release, tag=tag, wheels=bad)
     # ...and pip's --require-hashes inside the build refuses too, when the host check is skipped.
     with pytest.raises(image_engine.ImageError, match="wheel hash mismatch: pip refused") as e:
-        build.build(RELEASE, PLATFORM, tag=tag, wheelhouse=bad, check_hashes=False)
+        build.build(release, tag=tag, wheels=bad, check_hashes=False)
     assert "no image tagged" in str(e.value)
     assert not image_engine.image_exists(tag)
     assert not _temp_build_tags()
@@ -271,26 +259,27 @@ def test_a_release_image_holds_its_source_whatever_the_checkout(engine, tmp_path
     this checkout's recipe: installed == lock checked by the recipe's reader, labels and identity
     naming the source, and the release's own trainer passes the smoke run."""
     rev = source.recorded(catalog.resolve(SOURCE_BUILT))
-    tag = build.build(SOURCE_BUILT, PLATFORM)
+    release = target.resolve(SOURCE_BUILT, PLATFORM, with_source=True)
+    tag = build.build(release)
     assert tag == f"pax:{SOURCE_BUILT}-{PLATFORM}"
     labels = json.loads(_docker("image", "inspect", tag).stdout)[0]["Config"]["Labels"]
     assert labels["org.opencontainers.image.version"] == SOURCE_BUILT
     assert labels["org.opencontainers.image.revision"] == labels["io.pax.source.revision"] == rev
-    assert labels["io.pax.recipe.sha256"] == build.recipe_sha256(PLATFORM)
+    assert labels["io.pax.recipe.sha256"] == context.recipe_sha256(PLATFORM)
     # The release's provenance statement agrees with its record (source, locks, base, SBOM).
     checked = provenance.check_image(tag, catalog.resolve(SOURCE_BUILT), PLATFORM)
     assert checked["source"] == rev and checked["builder"]["id"] == provenance.BUILDER_ID
-    probe = _docker(
-        "run", "--rm", "--network", "none", "--entrypoint", "sh", tag, "-c",
+    probe = _sh(
+        tag,
         "cat /opt/venv/pax-env.json; cd /opt/venv/lib/python3.11/site-packages/pax && "
         "ls -d dist main.py _releases/*/tpu.txt; test ! -e envinfo.py && test ! -e images",
-    )  # fmt: skip
+    )
     identity = envinfo.Identity.from_json(probe.stdout[: probe.stdout.rindex("}") + 1])
     assert identity.source_revision == rev and identity.release == SOURCE_BUILT
     assert f"_releases/{SOURCE_BUILT}/tpu.txt" in probe.stdout
     report = image_engine.verify_in_image(tag)
     assert "pax-verify: ok" in report and "predates" in report
-    result = smoke.smoke(SOURCE_BUILT, PLATFORM, keep=tmp_path / "smoke")
+    result = smoke.smoke(release, keep=tmp_path / "smoke")
     assert result["last_loss"] < result["first_loss"]
     manifest = json.loads((tmp_path / "smoke" / "job" / "manifest.json").read_text())
     assert manifest["git_revision"] == rev and manifest["image"] == tag

@@ -17,16 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from pax.images import build, publish, sbom
+from pax.images import build, publish, sbom, target
 from pax.images import engine as image_engine
 from pax.images import registry as registry_api
 from pax.paths import ROOT
+from tests.images.containers import needs_engine
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("PAX_CONTAINER_TESTS") != "1",
-    reason="container tests need a Docker engine: set PAX_CONTAINER_TESTS=1 "
-    "(after ci/docker-engine.sh start and ci/base-image.sh)",
-)
+pytestmark = needs_engine
 
 RELEASE = os.environ.get("PAX_CONTAINER_RELEASE", "1.4.0")
 PLATFORM = "tpu"
@@ -35,6 +32,10 @@ TAGS = (f"{RELEASE}-{PLATFORM}", f"latest-{PLATFORM}")
 
 def _docker(*args, check=True, **kw):
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, **kw)
+
+
+def _target():
+    return target.resolve(RELEASE, PLATFORM)
 
 
 def _free_port() -> int:
@@ -53,20 +54,11 @@ def _registry_sh(state: Path, *args, **env) -> str:
 
 
 @pytest.fixture(scope="module")
-def docker_config(tmp_path_factory):
-    """A Docker config of the module's own, so logins never touch the user's."""
-    path = tmp_path_factory.mktemp("docker-config")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DOCKER_CONFIG", str(path))
-        yield path
-
-
-@pytest.fixture(scope="module")
 def image(docker_config):
     image_engine.require_engine()
     tag = image_engine.image_ref(RELEASE, PLATFORM)
     if not image_engine.image_exists(tag):
-        build.build(RELEASE, PLATFORM)
+        build.build(target.resolve(RELEASE, PLATFORM, with_source=True))
     return tag
 
 
@@ -82,7 +74,7 @@ def registry(tmp_path_factory, docker_config):
 @pytest.fixture(scope="module")
 def published(registry, image):
     """The good image published once: the tags every failure below must leave in place."""
-    return publish.publish(RELEASE, PLATFORM, registry[0])
+    return publish.publish(_target(), registry[0])
 
 
 def _variant(name: str, label: str) -> str:
@@ -137,7 +129,7 @@ def test_refused_push_keeps_the_tags(registry, published, tmp_path):
     try:
         assert _served(readonly) == before
         with pytest.raises(image_engine.ImageError, match=f"registry {readonly} refused the push"):
-            publish.publish(RELEASE, PLATFORM, readonly)
+            publish.publish(_target(), readonly)
         _assert_nothing_left(readonly, before)
     finally:
         _registry_sh(ro_state, "stop")
@@ -156,7 +148,7 @@ def test_wrong_password_keeps_the_tags(registry, published, tmp_path, monkeypatc
     with pytest.raises(
         image_engine.ImageError, match=f"refused the credentials of pax from {wrong}"
     ):
-        publish.publish(RELEASE, PLATFORM, address)
+        publish.publish(_target(), address)
     monkeypatch.undo()
     _assert_nothing_left(address, before)
 
@@ -172,7 +164,7 @@ def test_untrusted_certificate_keeps_the_tags(registry, published, tmp_path):
         check=True,
     )
     with pytest.raises(image_engine.ImageError, match="TLS certificate is not trusted by .*other"):
-        publish.publish(RELEASE, PLATFORM, address, ca=other_ca)
+        publish.publish(_target(), address, ca=other_ca)
     _assert_nothing_left(address, before)
 
 
@@ -181,7 +173,7 @@ def test_plain_http_registry_is_refused(image, tmp_path):
     address = _registry_sh(state, "start", str(_free_port()), PAX_REGISTRY_PLAIN="1")
     try:
         with pytest.raises(image_engine.ImageError, match=f"{address} does not speak TLS"):
-            publish.publish(RELEASE, PLATFORM, address)
+            publish.publish(_target(), address)
     finally:
         _registry_sh(state, "stop")
 
@@ -210,7 +202,7 @@ def test_manifest_bytes_changed_in_storage_are_refused(registry, published, monk
     _after_push(monkeypatch, rewrite_manifest)
     try:
         with pytest.raises(image_engine.ImageError, match="served bytes whose sha256 is"):
-            publish.publish(RELEASE, PLATFORM, address, image=variant)
+            publish.publish(_target(), address, image=variant)
     finally:
         _docker("rmi", variant, check=False)
     _assert_nothing_left(address, before)
@@ -228,7 +220,7 @@ def test_candidate_overwritten_by_another_image_is_refused(registry, published, 
     _after_push(monkeypatch, overwrite)
     try:
         with pytest.raises(image_engine.ImageError, match="io.pax.lock.sha256='0000"):
-            publish.publish(RELEASE, PLATFORM, address)
+            publish.publish(_target(), address)
     finally:
         _docker("rmi", impostor, check=False)
     _assert_nothing_left(address, before)

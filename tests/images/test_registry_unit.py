@@ -225,11 +225,13 @@ def test_unreachable_registry_is_one_line():
 
 
 def test_pulled_labels_must_name_the_release_lock_and_pushed_image(tmp_path, monkeypatch):
-    from pax.images import publish
+    from pax.images import publish, target
+    from pax.releases import catalog
 
     lock = tmp_path / "tpu.txt"
     lock.write_text("absl-py==2.1.0\n")
     sha = hashlib.sha256(lock.read_bytes()).hexdigest()
+    release = target.Target(catalog.Release("1.4.0", tmp_path, {}), "tpu", lock, sha)
     good = {
         "org.opencontainers.image.version": "1.4.0",
         "org.opencontainers.image.revision": "abc123",
@@ -238,14 +240,12 @@ def test_pulled_labels_must_name_the_release_lock_and_pushed_image(tmp_path, mon
     }
     images = {"pushed": good, "pulled": dict(good)}
     monkeypatch.setattr(publish, "_labels", lambda image: images[image])
-    assert (
-        publish.check_labels("pulled", "pushed", "1.4.0", "tpu", lock)["io.pax.lock.sha256"] == sha
-    )
+    assert publish.check_labels("pulled", "pushed", release)["io.pax.lock.sha256"] == sha
     images["pushed"] = images["pulled"] = {
         **good,
         "org.opencontainers.image.version": "1.4.0-dev.1a2b3c4",
     }
-    publish.check_labels("pulled", "pushed", "1.4.0", "tpu", lock)
+    publish.check_labels("pulled", "pushed", release)
     for key, value in [
         ("io.pax.lock.sha256", "0" * 64),
         ("org.opencontainers.image.revision", "other"),
@@ -254,7 +254,7 @@ def test_pulled_labels_must_name_the_release_lock_and_pushed_image(tmp_path, mon
     ]:
         images["pushed"], images["pulled"] = good, {**good, key: value}
         with pytest.raises(ImageError, match=f"labels of pulled: {key}='{value}'"):
-            publish.check_labels("pulled", "pushed", "1.4.0", "tpu", lock)
+            publish.check_labels("pulled", "pushed", release)
     images["pushed"] = images["pulled"] = {**good, "org.opencontainers.image.revision": ""}
     with pytest.raises(ImageError, match="no revision label"):
-        publish.check_labels("pulled", "pushed", "1.4.0", "tpu", lock)
+        publish.check_labels("pulled", "pushed", release)

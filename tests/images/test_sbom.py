@@ -11,7 +11,7 @@ import zipfile
 
 import pytest
 
-from pax.images import build, sbom
+from pax.images import context, paxwheel, sbom, target
 from pax.images.engine import ImageError
 from pax.releases import catalog
 from tests.bisect import wheels
@@ -44,9 +44,16 @@ def inputs(tmp_path):
     return lock, house, pax
 
 
+def _target(lock):
+    """Release 9.9.9's tpu image, as the build resolves it, on the fixture's lock."""
+    release = catalog.Release("9.9.9", lock.parent, {})
+    source = target.PaxSource("ab" * 20, dev=False, epoch=1_700_000_000)
+    return target.Target(release, "tpu", lock, wheels.sha256(lock), source=source)
+
+
 def _write(inputs, out):
     lock, house, pax = inputs
-    return build.write_sbom("9.9.9", "tpu", lock, house, pax, out)
+    return context.write_sbom(_target(lock), house, pax, out)
 
 
 def test_sbom_is_valid_cyclonedx_naming_every_pin_its_wheel_and_license(inputs, tmp_path):
@@ -100,7 +107,7 @@ def test_a_wheel_the_lock_does_not_list_is_refused(inputs, tmp_path):
     # With the host checks off (the build then leans on pip's --require-hashes), the SBOM
     # records the wheel's own digest, never the lock's: it describes what is in the context.
     out = tmp_path / "unverified.json"
-    build.write_sbom("9.9.9", "tpu", lock, house, pax, out, verify_hashes=False)
+    context.write_sbom(_target(lock), house, pax, out, verify_hashes=False)
     gamma = next(c for c in json.loads(out.read_text())["components"] if c["name"] == "gamma")
     assert gamma["hashes"][0]["content"] == hashlib.sha256(victim.read_bytes()).hexdigest()
 
@@ -126,14 +133,14 @@ def test_check_refuses_an_sbom_that_is_not_the_lock(inputs, tmp_path, edit, mess
 
 def test_the_image_identity_names_the_lock_inside_the_image(inputs):
     lock, _, _ = inputs
-    ident = build.image_identity("9.9.9", "tpu", lock)
+    ident = context.image_identity(_target(lock))
     assert (ident.lockfile, ident.lock_sha256) == ("/opt/pax/lock.txt", wheels.sha256(lock))
     assert ident.locked == PINS and ident.python == "3.11"
 
 
 def test_the_pax_wheel_carries_the_release_locks(tmp_path):
-    checkout = build.pax_source(catalog.newest().version, "tpu", dev=True)
-    wheel = build.build_pax_wheel(tmp_path, checkout)
+    checkout = target.resolve(catalog.newest().version, "tpu", dev=True)
+    wheel = paxwheel.build(tmp_path, checkout)
     names = set(zipfile.ZipFile(wheel).namelist())
     for release in catalog.list_releases():
         assert f"pax/_releases/{release.version}/cpu.txt" in names

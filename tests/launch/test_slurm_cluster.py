@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from pax.images import build, engine
+from pax.images import engine, target
 from pax.paths import ROOT
 from pax.releases import catalog
 
@@ -80,7 +80,7 @@ def _submit(script, job_dir, runtime):
         "PAX_RUNTIME": runtime,
         "PAX_VENV": str(ROOT / ".venv" / f"pax-{RELEASE}-cpu"),
         "PAX_CHECKOUT": str(ROOT),
-        "PAX_IMAGE": build.dev_ref(RELEASE, "tpu"),
+        "PAX_IMAGE": target.resolve(RELEASE, "tpu", dev=True).tag,
         "JAX_PLATFORMS": "cpu",
         "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
     }
@@ -134,9 +134,9 @@ def _train_losses(job_dir) -> dict:
 @pytest.fixture(scope="module")
 def docker_image():
     engine.require_engine()
-    if not engine.image_exists(build.dev_ref(RELEASE, "tpu")):
+    if not engine.image_exists(target.resolve(RELEASE, "tpu", dev=True).tag):
         pytest.fail(
-            f"{build.dev_ref(RELEASE, 'tpu')} missing: ./noxw -s build -- {RELEASE} tpu --dev"
+            f"{target.resolve(RELEASE, 'tpu', dev=True).tag} missing: ./noxw -s build -- {RELEASE} tpu --dev"
         )
 
 
