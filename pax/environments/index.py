@@ -18,6 +18,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 from pax import lockfile
 from pax.errors import PaxError
@@ -81,18 +82,30 @@ def _page_wheels(text: str, name: str) -> list[tuple[str, str | None]]:
     return wheels
 
 
-def index_url_or_default(index_url: str | None) -> str:
-    """The simple index pip reads: the one given, else $PIP_INDEX_URL, else PyPI's."""
-    return index_url or os.environ.get("PIP_INDEX_URL") or PYPI_SIMPLE
+class Place(NamedTuple):
+    """One place pip reads packages from."""
+
+    what: str  # as messages name it: `--find-links DIR`, `index URL`
+    location: str  # a find-links folder or page, or a simple index's base URL
+    is_index: bool
+
+    def page(self, name: str) -> str:
+        """Where `name`'s wheels are listed: the index's page of it, else the place itself."""
+        if self.is_index:
+            return f"{self.location.rstrip('/')}/{lockfile.canonicalize(name)}/"
+        return self.location
 
 
-def _places(name: str, index_url: str | None, find_links, no_index: bool):
-    """Where pip looks for `name`, in its order: (how a message names it, a URL or a folder)."""
-    for place in find_links:
-        yield f"--find-links {place}", place
+def places(
+    index_url: str | None = None, find_links: list[str] = (), no_index: bool = False
+) -> list[Place]:
+    """Where pip looks for packages, in its order: the find-links, then the index (the one
+    given, else $PIP_INDEX_URL, else PyPI's) unless no_index."""
+    found = [Place(f"--find-links {place}", place, False) for place in find_links]
     if not no_index:
-        base = index_url_or_default(index_url)
-        yield f"index {base}", f"{base.rstrip('/')}/{lockfile.canonicalize(name)}/"
+        base = index_url or os.environ.get("PIP_INDEX_URL") or PYPI_SIMPLE
+        found.append(Place(f"index {base}", base, True))
+    return found
 
 
 def published(
@@ -105,11 +118,11 @@ def published(
     """version -> `sha256:` hashes of its wheels; () when some wheel of it has no published hash."""
     name = lockfile.canonicalize(name)
     wheels: list[tuple[str, str | None]] = []
-    for _, place in _places(name, index_url, find_links, no_index):
-        if "://" in place:
-            wheels += _page_wheels(_read(place, timeout), name)
+    for place in places(index_url, find_links, no_index):
+        if "://" in place.page(name):
+            wheels += _page_wheels(_read(place.page(name), timeout), name)
             continue
-        for path in sorted(Path(place).glob("*.whl")):
+        for path in sorted(Path(place.location).glob("*.whl")):
             version = wheel_version(path.name, name)
             if version is not None:
                 wheels.append((version, lockfile.sha256_file(path)))
@@ -122,23 +135,17 @@ def published(
     }
 
 
-def check_sources(
-    probe: str,
-    index_url: str | None = None,
-    find_links: list[str] = (),
-    no_index: bool = False,
-    timeout: float = 15.0,
-) -> None:
+def check_sources(probe: str, sources: list[Place], timeout: float = 15.0) -> None:
     """Raise IndexUnreadable, naming the place and the fix, when a source pip would read cannot
     be: a find-links folder that does not exist, a page or index that does not answer.
 
     pip retries an unreachable index for minutes, then says only that no version satisfies the
     requirement; reading one page (`probe`'s) first turns that into the real reason."""
-    for what, place in _places(probe, index_url, find_links, no_index):
-        if "://" in place:
-            _answering(place, timeout, what)
-        elif not Path(place).is_dir():
-            raise IndexUnreadable(f"{what}: no such folder")
+    for place in sources:
+        if "://" in place.page(probe):
+            _answering(place.page(probe), timeout, place.what)
+        elif not Path(place.location).is_dir():
+            raise IndexUnreadable(f"{place.what}: no such folder")
 
 
 def _answering(url: str, timeout: float, what: str) -> None:

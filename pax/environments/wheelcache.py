@@ -121,22 +121,20 @@ class WheelCache:
         log=print,
     ):
         self.dir = Path(directory)
-        self.index_url, self.find_links, self.no_index = index_url, list(find_links), no_index
-        self.index_args = (
+        self.index_args = (  # pip's options for the places
             (["--index-url", index_url] if index_url else [])
-            + [a for d in self.find_links for a in ("--find-links", d)]
+            + [a for d in find_links for a in ("--find-links", d)]
             + (["--no-index"] if no_index else [])
         )
+        self.places = index.places(index_url, find_links, no_index)
         self.log = log
         self.problems: dict[Pin, Problem] = {}  # why a pin's wheel cannot be had
         self._files: dict[Pin, Path] = {}  # pin -> its verified wheel
         self._sha: dict[Path, str] = {}
 
     def where(self) -> str:
-        places = [f"--find-links {d}" for d in self.find_links]
-        if not self.no_index:
-            places.append(f"index {index.index_url_or_default(self.index_url)}")
-        return ", ".join(places) or "nowhere (--no-index without --find-links)"
+        named = ", ".join(place.what for place in self.places)
+        return named or "nowhere (--no-index without --find-links)"
 
     def _sha256(self, path: Path) -> str:
         if path not in self._sha:
@@ -184,7 +182,7 @@ class WheelCache:
         if not todo:
             return [self.problems[p] for p in pins if p in self.problems]
         try:
-            index.check_sources(todo[0].name, self.index_url, self.find_links, self.no_index)
+            index.check_sources(todo[0].name, self.places)
         except index.IndexUnreadable as err:
             return [Problem("unreachable", "", str(err))]
         started = time.monotonic()
