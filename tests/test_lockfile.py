@@ -38,16 +38,48 @@ pip==26.3 \\
 """
 
 
-def test_parse_names_versions_hashes():
-    pins = lockfile.parse_lockfile_text(SAMPLE)
-    assert lockfile.versions(pins) == {
-        "absl-py": "2.4.0",
-        "jax": "0.10.2",
-        "orbax-checkpoint": "0.12.8",
-        "pip": "26.3",
-    }
-    assert pins["absl-py"].hashes == ("sha256:aaaa", "sha256:bbbb")
-    assert pins["jax"].hashes == ("sha256:cccc",)
+MESSY_LOCK = """\
+# comment at the top
+--index-url https://example.invalid/simple
+--extra-index-url https://example.invalid/other
+
+Zope.Interface==7.0 \\
+    --hash=sha256:00aa \\
+    --hash=sha256:11BB
+    # via
+    #   -r requirements/base.in
+jax[cuda12,tpu]==0.10.2 ; python_version >= "3.11" and sys_platform == "linux" \\
+    --hash=sha256:22cc
+ml_dtypes==0.5.1  # an inline comment
+typing-extensions===4.12.2 \\
+    --hash=sha256:33dd
+"""
+
+
+@pytest.mark.parametrize(
+    "text, versions, hashes",
+    [
+        (
+            SAMPLE,
+            {"absl-py": "2.4.0", "jax": "0.10.2", "orbax-checkpoint": "0.12.8", "pip": "26.3"},
+            {"absl-py": ("sha256:aaaa", "sha256:bbbb"), "jax": ("sha256:cccc",)},
+        ),
+        (
+            MESSY_LOCK,
+            {
+                "zope-interface": "7.0",
+                "jax": "0.10.2",
+                "ml-dtypes": "0.5.1",
+                "typing-extensions": "4.12.2",
+            },
+            {"zope-interface": ("sha256:00aa", "sha256:11BB"), "ml-dtypes": ()},
+        ),
+    ],
+)
+def test_parse_names_versions_hashes(text, versions, hashes):
+    pins = lockfile.parse_lockfile_text(text)
+    assert lockfile.versions(pins) == versions
+    assert {name: pins[name].hashes for name in hashes} == hashes
 
 
 def test_global_options_are_not_packages():
@@ -132,36 +164,6 @@ def test_not_wheel_filenames(filename):
     assert lockfile.parse_wheel_filename(filename) is None
     with pytest.raises(InvalidWheelFilename):
         parse_wheel_filename(filename)
-
-
-MESSY_LOCK = """\
-# comment at the top
---index-url https://example.invalid/simple
---extra-index-url https://example.invalid/other
-
-Zope.Interface==7.0 \\
-    --hash=sha256:00aa \\
-    --hash=sha256:11BB
-    # via
-    #   -r requirements/base.in
-jax[cuda12,tpu]==0.10.2 ; python_version >= "3.11" and sys_platform == "linux" \\
-    --hash=sha256:22cc
-ml_dtypes==0.5.1  # an inline comment
-typing-extensions===4.12.2 \\
-    --hash=sha256:33dd
-"""
-
-
-def test_messy_lock():
-    pins = lockfile.parse_lockfile_text(MESSY_LOCK)
-    assert lockfile.versions(pins) == {
-        "zope-interface": "7.0",
-        "jax": "0.10.2",
-        "ml-dtypes": "0.5.1",
-        "typing-extensions": "4.12.2",
-    }
-    assert pins["zope-interface"].hashes == ("sha256:00aa", "sha256:11BB")
-    assert pins["ml-dtypes"].hashes == ()
 
 
 def test_differences():

@@ -1,17 +1,14 @@
-"""pax.environments.venv and pax.environments.install: an environment built from its lock and
-compared with it."""
+"""pax.environments.venv: an environment built from its lock and compared with it."""
 
 import dataclasses
 import os
-import subprocess
 
 import pytest
 
 from pax import envinfo, lockfile
-from pax.environments import install, venv
-from pax.pip import make_venv, pip_env
+from pax.environments import venv
+from pax.pip import pip_env
 from pax.releases.catalog import Release
-from tests.bisect.wheels import build_wheel, sha256, write_lock
 
 
 def test_pip_env_ignores_machine_pip_settings():
@@ -87,34 +84,3 @@ def test_an_identity_naming_another_lock_means_a_rebuild(tmp_path):
     rebuilt = venv.ensure(release, "cpu", root=tmp_path, log=lambda *_: None)
     assert rebuilt.sha256 != env.sha256 and not (env.path / "marker").exists()
     assert envinfo.read_identity(env.path).lock_sha256 == rebuilt.sha256
-
-
-def _simple_index(tmp_path):
-    """A PEP 503 index on disk holding one wheel (both installers read file:// indexes)."""
-    root = tmp_path / "simple"
-    (root / "w00").mkdir(parents=True)
-    wheel = build_wheel(root / "w00", "w00", "1.0")
-    (root / "w00" / "index.html").write_text(f'<a href="{wheel.name}">{wheel.name}</a>\n')
-    return root, wheel
-
-
-@pytest.mark.parametrize("installer", ["uv", "pip"])
-def test_install_lock_installs_exactly_a_hashed_lock_and_refuses_a_wrong_hash(
-    tmp_path, monkeypatch, installer
-):
-    root, wheel = _simple_index(tmp_path)
-    monkeypatch.setenv("PIP_INDEX_URL", root.as_uri())
-    if installer == "pip":
-        monkeypatch.setattr(install, "uv_binary", lambda: None)
-    target = tmp_path / "env"
-    python = make_venv(target)
-    lock = write_lock(tmp_path / "good.txt", {"w00": "1.0"}, root / "w00")
-    assert install.install_lock(python, lock) == installer
-    assert lockfile.installed_in(python) == {"w00": "1.0"}
-
-    make_venv(target)
-    tampered = tmp_path / "tampered.txt"
-    tampered.write_text(lock.read_text().replace(sha256(wheel), "0" * 64))
-    with pytest.raises(subprocess.CalledProcessError):
-        install.install_lock(python, tampered)
-    assert lockfile.installed_in(python) == {}  # nothing half-installed

@@ -1,0 +1,71 @@
+"""pax.environments.install: a pin as a requirement line, its hashes, and a hashed lock installed
+exactly, by uv or by pip."""
+
+import subprocess
+
+import pytest
+
+from pax import lockfile
+from pax.environments import install
+from pax.lockfile import Pin
+from pax.pip import make_venv
+from tests.bisect.wheels import build_wheel, sha256, write_lock
+
+
+def test_a_pin_as_pip_reads_it_and_the_sha256s_it_accepts():
+    pin = Pin("zope-interface", "7.0", ("sha256:00aa", "sha256:11BB", "md5:ffff"))
+    assert install.requirement_line(pin) == (
+        "zope-interface==7.0 --hash=sha256:00aa --hash=sha256:11BB --hash=md5:ffff"
+    )
+    assert install.sha256s(pin) == {"00aa", "11bb"}  # as sha256_file spells a file's
+    assert install.requirement_line(Pin("six", "1.0")) == "six==1.0"
+
+
+def test_uv_only_where_there_is_one(monkeypatch):
+    monkeypatch.setattr(install, "uv_binary", lambda: None)
+    assert install.Installer.choose().name == "pip"
+    with pytest.raises(RuntimeError, match="--installer uv: uv is not installed"):
+        install.Installer.choose("uv")
+    monkeypatch.setattr(install, "uv_binary", lambda: "/bin/uv")
+    assert install.Installer.choose("pip").name == "pip"
+    uv = install.Installer.choose()
+    assert uv.command("py", "uninstall", "-y", "a") == [
+        "/bin/uv",
+        "pip",
+        "uninstall",
+        "--no-config",
+        "--python",
+        "py",
+        "a",
+    ]
+
+
+def _simple_index(tmp_path):
+    """A PEP 503 index on disk holding one wheel (both installers read file:// indexes)."""
+    root = tmp_path / "simple"
+    (root / "w00").mkdir(parents=True)
+    wheel = build_wheel(root / "w00", "w00", "1.0")
+    (root / "w00" / "index.html").write_text(f'<a href="{wheel.name}">{wheel.name}</a>\n')
+    return root, wheel
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_install_lock_installs_exactly_a_hashed_lock_and_refuses_a_wrong_hash(
+    tmp_path, monkeypatch, installer
+):
+    root, wheel = _simple_index(tmp_path)
+    monkeypatch.setenv("PIP_INDEX_URL", root.as_uri())
+    if installer == "pip":
+        monkeypatch.setattr(install, "uv_binary", lambda: None)
+    target = tmp_path / "env"
+    python = make_venv(target)
+    lock = write_lock(tmp_path / "good.txt", {"w00": "1.0"}, root / "w00")
+    assert install.install_lock(python, lock) == installer
+    assert lockfile.installed_in(python) == {"w00": "1.0"}
+
+    make_venv(target)
+    tampered = tmp_path / "tampered.txt"
+    tampered.write_text(lock.read_text().replace(sha256(wheel), "0" * 64))
+    with pytest.raises(subprocess.CalledProcessError):
+        install.install_lock(python, tampered)
+    assert lockfile.installed_in(python) == {}  # nothing half-installed
