@@ -105,6 +105,18 @@ def install_into_folder(python: Path, requirements: Path, target: Path) -> str:
     return installer.name
 
 
+def install_from_folder(
+    installer: Installer, python: Path, pins: list[Pin], wheels: Path
+) -> subprocess.CompletedProcess:
+    """`pins` from the folder `wheels` alone (no index), without dependencies, hash-checked where
+    every pin has hashes; the finished process, output captured."""
+    local = ("--no-deps", "--no-compile", "--no-index", "--find-links", str(wheels))
+    hashes = ["--require-hashes"] if all(p.hashes for p in pins) else []
+    with requirements_file(pins) as req:
+        args = (*local, *hashes, "-r", str(req))
+        return installer.run(python, "install", *args, capture_output=True, text=True)
+
+
 def download(
     requirements: Path, dest: Path, *options: str, require_hashes: bool = True
 ) -> subprocess.CompletedProcess:

@@ -29,7 +29,14 @@ from pathlib import Path
 
 from pax import lockfile
 from pax.environments import index
-from pax.environments.install import Installer, download, pip_check, requirements_file, sha256s
+from pax.environments.install import (
+    Installer,
+    download,
+    install_from_folder,
+    pip_check,
+    requirements_file,
+    sha256s,
+)
 from pax.lockfile import Pin
 from pax.pip import make_venv
 from pax.releases.diff import compare_versions
@@ -402,21 +409,17 @@ class EnvBuilder:
         seconds = time.monotonic() - started
         return Build(True, self.python, kind, seconds, len(install), len(remove), problem)
 
-    def _run(self, verb: str, *args: str) -> subprocess.CompletedProcess:
-        return self._installer.run(self.python, verb, *args, capture_output=True, text=True)
-
     def _change(self, remove: list[str], install: list[Pin]) -> str:
         """Uninstall `remove`, then install `install` from the cache; why that failed, or ""."""
         if remove:
-            out = self._run("uninstall", "-y", *remove)
+            out = self._installer.run(
+                self.python, "uninstall", "-y", *remove, capture_output=True, text=True
+            )
             if out.returncode != 0:
                 return "uninstall failed: " + _pip_errors(out.stderr + out.stdout)
         if not install:
             return ""
-        local = ("--no-deps", "--no-compile", "--no-index", "--find-links", str(self.cache.dir))
-        hashes = ["--require-hashes"] if all(p.hashes for p in install) else []
-        with requirements_file(install) as req:
-            out = self._run("install", *local, *hashes, "-r", str(req))
+        out = install_from_folder(self._installer, self.python, install, self.cache.dir)
         return (
             "" if out.returncode == 0 else "install failed: " + _pip_errors(out.stderr + out.stdout)
         )
