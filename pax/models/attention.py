@@ -65,6 +65,21 @@ class Attention(Sharded):
     @nn.compact
     def __call__(self, x, positions, segment_ids=None):
         """segment_ids (batch, length), packed inputs: tokens attend within their own segment."""
+        q, k, v = self._qkv(x, positions)
+        k_positions, k_segments, kv_layout = positions, segment_ids, "bsnd"
+        if kv_cache.decoding(self):
+            # Keys and values of the tokens fed before come from the cache; this call's join them.
+            segment_ids = kv_cache.default_segments(positions, segment_ids)
+            k, v, k_positions, k_segments = kv_cache.extend(self, k, v, positions, segment_ids)
+            kv_layout = "bnsd"
+        q = self._scaled(q)
+        keys = (k, v, k_positions, k_segments, kv_layout)
+        out = checkpoint_name(self._context(q, positions, segment_ids, keys), "context")
+        return self._output(out)
+
+    def _qkv(self, x, positions):
+        """Queries (batch, t, group, kv_heads, dims), keys and values (batch, t, kv_heads,
+        dims) of the tokens in `x`, rotated by their positions where the model says."""
         c = self.cfg
         kv_heads, dims = c.num_kv_heads, c.dims_per_head
         group = c.num_heads // kv_heads
@@ -95,24 +110,28 @@ class Attention(Sharded):
         k, v = k.squeeze(2), v.squeeze(2)
         if c.use_rotary_position_emb:
             q, k = (rotary(a, positions, table_matmul=self.cpu_kernels) for a in (q, k))
-        k_positions, k_segments, kv_layout = positions, segment_ids, "bsnd"
-        if kv_cache.decoding(self):
-            # Keys and values of the tokens fed before come from the cache; this call's join them.
-            segment_ids = kv_cache.default_segments(positions, segment_ids)
-            k, v, k_positions, k_segments = kv_cache.extend(self, k, v, positions, segment_ids)
-            kv_layout = "bnsd"
+        return q, k, v
+
+    def _scaled(self, q):
+        c = self.cfg
         if c.per_dim_scale:
             # praxis PerDimScale: a learned per-dimension factor, 1/sqrt(dims) at init.
+            dims = c.dims_per_head
             scale = self.param(
                 "per_dim_scale",
                 boxed(nn.initializers.zeros, ("kv",)),
                 (dims,),
                 jnp.dtype(c.param_dtype),
             )
-            q = q * (R_SOFTPLUS_0 / math.sqrt(dims) * jax.nn.softplus(scale)).astype(q.dtype)
-        else:
-            # praxis without PerDimScale scales by hidden_dim // num_heads, hidden_dim = D.
-            q = q * (d // c.num_heads) ** -0.5
+            return q * (R_SOFTPLUS_0 / math.sqrt(dims) * jax.nn.softplus(scale)).astype(q.dtype)
+        # praxis without PerDimScale scales by hidden_dim // num_heads, hidden_dim = D.
+        return q * (c.model_dims // c.num_heads) ** -0.5
+
+    def _context(self, q, positions, segment_ids, keys):
+        """Each query's attention over `keys` (k, v, their positions and segments, layout):
+        the splash kernel, query chunks one at a time, or all queries at once."""
+        c = self.cfg
+        k, v, k_positions, k_segments, kv_layout = keys
         queries = (q, positions, segment_ids)
 
         def attend_chunk(chunk):
@@ -133,18 +152,23 @@ class Attention(Sharded):
 
         size = c.attention_query_chunk
         if self.splash_attention and not kv_cache.decoding(self):
-            out = splash.attend(q, k, v, segment_ids, c.atten_logit_cap, self.mesh, self.rules)
-        elif size and size < x.shape[1] and not kv_cache.decoding(self):
+            return splash.attend(q, k, v, segment_ids, c.atten_logit_cap, self.mesh, self.rules)
+        if size and size < q.shape[1] and not kv_cache.decoding(self):
             # Memory-efficient attention: query chunks one at a time, each recomputed in the backward
             # pass, so only a chunk's (heads, chunk, length) scores are ever alive.
             def split(a):
                 return a.reshape((a.shape[0], -1, size) + a.shape[2:]).swapaxes(0, 1)
 
             out = jax.lax.map(jax.checkpoint(attend_chunk), jax.tree.map(split, queries))
-            out = out.swapaxes(0, 1).reshape(q.shape)
-        else:
-            out = attend_chunk(queries)
-        out = checkpoint_name(out, "context")
+            return out.swapaxes(0, 1).reshape(q.shape)
+        return attend_chunk(queries)
+
+    def _output(self, out):
+        """The output projection of the heads' context (batch, t, group, kv_heads, dims)."""
+        c = self.cfg
+        kv_heads, dims = c.num_kv_heads, c.dims_per_head
+        group = c.num_heads // kv_heads
+        d = c.model_dims
         out = self.project(
             "btgnd,gnde->bte",
             out,
