@@ -379,69 +379,92 @@ def train(
             state = place.init(cfg.seed)
         elif jax.process_index() == 0:
             logging.info("resumed from %s/checkpoint_%08d", checkpointer.directory, restored)
-        step = first_step = int(jax.device_get(state["step"]))
+        step = int(jax.device_get(state["step"]))
         state = place.place(state)
-        tokens_per_step = run.global_batch * run.task.model.seq_len
-        flops_per_step = mfu.flops_per_step(run.task.model, run.global_batch)
-
-        last, unchecked, timer = {}, [], _StepTimer()
-        total = cfg.num_train_steps
+        edges = _Edges(checkpointer, stream, summaries, peak, on_summary)
         try:
-            with preemption.SignalCatcher() as signals:
-                while step < total:
-                    state, metrics = place.train_step(state, place.batch(run.train_data, step))
-                    metrics = place.metrics(metrics)
-                    step += 1
-                    timer.step_done(metrics)
-                    unchecked.append((step, metrics["finite"]))
-                    # Every process gets the same answer at the same step (preemption.py), so all
-                    # of them save this step together; a signal landing later waits for the next.
-                    stop = signals.stop_at(step - first_step)
-                    at_checkpoint = step % cfg.checkpoint_every_n_steps == 0 or step == total
-                    at_summary = step % cfg.summary_every_n_steps == 0 or step == total
-                    if at_checkpoint or at_summary or stop:
-                        _check_finite(unchecked, cfg.nan_policy, checkpointer)
-                        unchecked = []
-                    if at_checkpoint or stop:
-                        checkpointer.save(step, place.unplace(state), stream)
-                    if at_summary:
-                        values = {
-                            k: float(v) for k, v in jax.device_get(metrics).items() if k != "finite"
-                        }
-                        step_time = timer.read()
-                        values.update(
-                            step_time_s=step_time,
-                            tokens_per_s=step_time and tokens_per_step / step_time,
-                            mfu=step_time and flops_per_step / step_time / peak["flops"],
-                        )
-                        if (
-                            stream is not None
-                        ):  # unreadable records skipped (BAD_RECORD_POLICY=skip)
-                            values["bad_records"] = stream.bad_records
-                        summaries.write("train", step, values)
-                        if summaries.enabled:
-                            summaries_lib.log_train(step, total, values)
-                        last = values
-                        if on_summary is not None:
-                            on_summary(step, values)
-                            timer.restart()
-                    if step % cfg.eval_every_n_steps == 0 or step == total:
-                        results = _evaluate(run, place, state_lib.model_variables(state))
-                        for split, values in results.items():
-                            summaries.write(split, step, values)
-                            if summaries.enabled:
-                                summaries_lib.log_eval(step, split, values)
-                        summaries.flush()
-                        timer.restart()
-                        if _reached_target(results, cfg.target_log_pplx, step):
-                            if not (at_checkpoint or stop):
-                                checkpointer.save(step, place.unplace(state), stream)
-                            break
-                    if stop:
-                        raise preemption.Preempted(step, signals.reason())
+            return _train_steps(run, place, state, step, edges)
         finally:
             summaries.close()
-        return last
+
+
+@dataclasses.dataclass
+class _Edges:
+    """Where the training steps' side effects go."""
+
+    checkpointer: Checkpointer
+    stream: object  # the C4 stream whose position each checkpoint saves; None for other data
+    summaries: summaries_lib.Summaries
+    peak: dict  # mfu.peak_flops
+    on_summary: object  # train's on_summary
+
+
+def _train_steps(run: Run, place, state, step: int, edges: _Edges) -> dict:
+    """Steps from `step` to NUM_TRAIN_STEPS (fewer when TARGET_LOG_PPLX is reached), saving,
+    summarizing and evaluating on their schedules; returns the last train summary."""
+    cfg = run.task.train
+    first_step, total = step, cfg.num_train_steps
+    last, unchecked, timer = {}, [], _StepTimer()
+    with preemption.SignalCatcher() as signals:
+        while step < total:
+            state, metrics = place.train_step(state, place.batch(run.train_data, step))
+            metrics = place.metrics(metrics)
+            step += 1
+            timer.step_done(metrics)
+            unchecked.append((step, metrics["finite"]))
+            # Every process gets the same answer at the same step (preemption.py), so all
+            # of them save this step together; a signal landing later waits for the next.
+            stop = signals.stop_at(step - first_step)
+            at_checkpoint = step % cfg.checkpoint_every_n_steps == 0 or step == total
+            at_summary = step % cfg.summary_every_n_steps == 0 or step == total
+            if at_checkpoint or at_summary or stop:
+                _check_finite(unchecked, cfg.nan_policy, edges.checkpointer)
+                unchecked = []
+            if at_checkpoint or stop:
+                edges.checkpointer.save(step, place.unplace(state), edges.stream)
+            if at_summary:
+                last = _train_summary(run, step, metrics, timer, edges)
+                if edges.on_summary is not None:
+                    edges.on_summary(step, last)
+                    timer.restart()
+            if step % cfg.eval_every_n_steps == 0 or step == total:
+                results = _evaluate(run, place, state_lib.model_variables(state))
+                _write_evals(step, results, edges.summaries)
+                timer.restart()
+                if _reached_target(results, cfg.target_log_pplx, step):
+                    if not (at_checkpoint or stop):
+                        edges.checkpointer.save(step, place.unplace(state), edges.stream)
+                    break
+            if stop:
+                raise preemption.Preempted(step, signals.reason())
+    return last
+
+
+def _train_summary(run: Run, step: int, metrics, timer: _StepTimer, edges: _Edges) -> dict:
+    """The step's metrics with speed (step time, tokens/s, MFU), written and logged."""
+    tokens_per_step = run.global_batch * run.task.model.seq_len
+    flops_per_step = mfu.flops_per_step(run.task.model, run.global_batch)
+    values = {k: float(v) for k, v in jax.device_get(metrics).items() if k != "finite"}
+    step_time = timer.read()  # after device_get: the step has finished
+    values.update(
+        step_time_s=step_time,
+        tokens_per_s=step_time and tokens_per_step / step_time,
+        mfu=step_time and flops_per_step / step_time / edges.peak["flops"],
+    )
+    if edges.stream is not None:  # unreadable records skipped (BAD_RECORD_POLICY=skip)
+        values["bad_records"] = edges.stream.bad_records
+    edges.summaries.write("train", step, values)
+    if edges.summaries.enabled:
+        summaries_lib.log_train(step, run.task.train.num_train_steps, values)
+    return values
+
+
+def _write_evals(step: int, results: dict, summaries: summaries_lib.Summaries) -> None:
+    for split, values in results.items():
+        summaries.write(split, step, values)
+        if summaries.enabled:
+            summaries_lib.log_eval(step, split, values)
+    summaries.flush()
 
 
 def _reached_target(results: dict, target, step: int) -> bool:
