@@ -15,7 +15,23 @@ REMAT_POLICY is set where the policy takes effect, and left at 'none' where Pax'
 from pax.experiments.base import BaseExperiment
 
 
-class TransformerLmPmapAdam(BaseExperiment):
+class _SetDefaultAdam:
+    """paxml set_default_adam, which TransformerLmPmapAdam's and LmCloudSpmd's task() apply:
+    Adam(beta1 0.9, beta2 0.99, clip_gradient_norm_to_value 5.0) and
+    LinearRampupExponentialDecay(warmup 4000, decay 4001 -> 300000, min_ratio 0.1)."""
+
+    OPTIMIZER = "adam"
+    ADAM_BETA1 = 0.9
+    ADAM_BETA2 = 0.99
+    CLIP_GRADIENT_NORM_TO_VALUE = 5.0
+    LR_SCHEDULE = "linear_rampup_exponential_decay"
+    LR_WARMUP_STEPS = 4000
+    LR_DECAY_START = 4001
+    LR_DECAY_END = 300000
+    LR_MIN_RATIO = 0.1
+
+
+class TransformerLmPmapAdam(_SetDefaultAdam, BaseExperiment):
     """paxml TransformerLmPmapAdam: data-parallel (pmap), ReLU, Adam."""
 
     NUM_LAYERS = 32
@@ -31,16 +47,6 @@ class TransformerLmPmapAdam(BaseExperiment):
     ATTEN_LOGIT_CAP = 50.0
     USE_BIAS = False
     SCALE_SQRT_DEPTH = True  # softmax_tpl.scale_sqrt_depth
-    # set_default_adam: Adam(beta1 0.9, beta2 0.99, clip_gradient_norm_to_value 5.0) and
-    # LinearRampupExponentialDecay(4000, 4001, DECAY_END, min_ratio 0.1).
-    OPTIMIZER = "adam"
-    ADAM_BETA1 = 0.9
-    ADAM_BETA2 = 0.99
-    CLIP_GRADIENT_NORM_TO_VALUE = 5.0
-    LR_SCHEDULE = "linear_rampup_exponential_decay"
-    LR_WARMUP_STEPS = 4000
-    LR_DECAY_START = 4001
-    LR_MIN_RATIO = 0.1
 
 
 class TransformerLmSpmdAdafactor(BaseExperiment):

@@ -57,9 +57,9 @@ class TransformerLmSpmdPipelineAdam(_AdamAndSchedule, TransformerLmSpmdPipelineA
     """paxml c4.py TransformerLmSpmdPipelineAdam."""
 
 
-@register
-class C4SpmdAdam(TransformerLmSpmdAdam, C4UnsupervisedDataset):
-    """Base of Pax's C4 runs."""
+class _C4Model:
+    """What paxml's C4SpmdAdam and C4SpmdPipelineAdam both set: 24 GELU layers of 2048 dims
+    over the T5 vocabulary (32128), a checkpoint every 1000 steps."""
 
     NUM_LAYERS = 24
     NUM_HEADS = 32
@@ -68,8 +68,14 @@ class C4SpmdAdam(TransformerLmSpmdAdam, C4UnsupervisedDataset):
     DIMS_PER_HEAD = None
     VOCAB_SIZE = 32128
     ACTIVATION = "gelu"
-    # CHECKPOINT_POLICY = SAVE_DOT_FOR_MLPERF_200B, inert: the layers are not repeated.
     CHECKPOINT_EVERY_N_STEPS = 1000
+
+
+@register
+class C4SpmdAdam(_C4Model, TransformerLmSpmdAdam, C4UnsupervisedDataset):
+    """Base of Pax's C4 runs."""
+
+    # CHECKPOINT_POLICY = SAVE_DOT_FOR_MLPERF_200B, inert: the layers are not repeated.
     ICI_MESH_SHAPE = (1, 4, 2)
 
 
@@ -116,18 +122,10 @@ class C4Spmd16BAdam32Replicas(C4SpmdAdam):
     ATTENTION_QUERY_CHUNK = 256
 
 
-class C4SpmdPipelineAdam(TransformerLmSpmdPipelineAdam, C4UnsupervisedDataset):
+class C4SpmdPipelineAdam(_C4Model, TransformerLmSpmdPipelineAdam, C4UnsupervisedDataset):
     """paxml C4SpmdPipelineAdam (registered in Pax; a base here)."""
 
-    NUM_LAYERS = 24
-    NUM_HEADS = 32
-    MODEL_DIMS = 2048
-    HIDDEN_DIMS = 2048 * 4
-    DIMS_PER_HEAD = None
-    VOCAB_SIZE = 32128
-    ACTIVATION = "gelu"
     REMAT_POLICY = "save_dot_for_mlperf_200b"  # CHECKPOINT_POLICY, acting on the pipeline
-    CHECKPOINT_EVERY_N_STEPS = 1000
     MICROBATCH_SIZE = 2
     ICI_MESH_SHAPE = (2, 1, 2, 2)
     NUM_STAGES = 2

@@ -3,7 +3,11 @@ one of ours that trains on a laptop CPU."""
 
 from pax.experiments.base import BaseExperiment
 from pax.experiments.registry import register
-from pax.tasks.lm.model_params import TransformerLmPmapAdam, TransformerLmSpmdAdafactor
+from pax.tasks.lm.model_params import (
+    TransformerLmPmapAdam,
+    TransformerLmSpmdAdafactor,
+    _SetDefaultAdam,
+)
 from pax.tasks.lm.params.cpu_size import CpuSizedLm
 
 
@@ -19,14 +23,10 @@ class SyntheticDataset(BaseExperiment):
 
 @register
 class LmCloudTransformerAdam(TransformerLmPmapAdam, SyntheticDataset):
-    """Pax's pmap Transformer: no mesh shape, so data-parallel over every device."""
+    """Pax's pmap Transformer: no mesh shape, so data-parallel over every device. (paxml's
+    class restates its base's layers, vocabulary, heads, dims and learning rate, all the same
+    values: they are inherited here.)"""
 
-    NUM_LAYERS = 32
-    VOCAB_SIZE = 32000
-    NUM_HEADS = 16
-    MODEL_DIMS = 1024
-    HIDDEN_DIMS = 1024 * 4
-    LEARNING_RATE = 1e-3
     # Not Pax's: without remat, 256 queries at a time keep the per-device plan within a v4 chip
     # (`./noxw -s aot` prints it).
     ATTENTION_QUERY_CHUNK = 256
@@ -38,25 +38,10 @@ class LmCloudTransformerAdamLimitSteps(LmCloudTransformerAdam):
     NUM_TRAIN_STEPS = 2000
 
 
-class _SetDefaultAdam:
-    """paxml set_default_adam, which LmCloudSpmd's task() applies over its Adafactor base:
-    Adam(beta1 0.9, beta2 0.99, clip_gradient_norm_to_value 5.0) and
-    LinearRampupExponentialDecay(warmup 4000, decay 4001 -> 300000, min_ratio 0.1)."""
-
-    OPTIMIZER = "adam"
-    ADAM_BETA1 = 0.9
-    ADAM_BETA2 = 0.99
-    CLIP_GRADIENT_NORM_TO_VALUE = 5.0
-    LR_SCHEDULE = "linear_rampup_exponential_decay"
-    LR_WARMUP_STEPS = 4000
-    LR_DECAY_START = 4001
-    LR_DECAY_END = 300000
-    LR_MIN_RATIO = 0.1
-
-
 @register
 class LmCloudSpmd(_SetDefaultAdam, TransformerLmSpmdAdafactor, SyntheticDataset):
-    """Base of Pax's SPMD lm_cloud experiments: GELU, repeated layers, Adam; no mesh of its own."""
+    """Base of Pax's SPMD lm_cloud experiments: GELU, repeated layers, Adam (set_default_adam over
+    its Adafactor base); no mesh of its own."""
 
     NUM_LAYERS = 10
     MODEL_DIMS = 2048
