@@ -22,7 +22,8 @@ import time
 import jax
 import numpy as np
 
-from benchmarks import baseline, decode, minimal_loop, profile
+from benchmarks import baseline, figures, minimal_loop, profile
+from benchmarks.decode import measure as decoding
 from benchmarks.table import BENCH_JSON, ROOT, record
 from pax.checkpoint.manager import Checkpointer
 from pax.data.corpus import embedded_text
@@ -72,15 +73,6 @@ class SmallBenchLm(BenchLm):
     HIDDEN_DIMS = 128
     NUM_HEADS = 2
     SEQ_LEN = 32
-
-
-def _stats(values) -> dict:
-    return {
-        "median": statistics.median(values),
-        "min": min(values),
-        "max": max(values),
-        "n": len(values),
-    }
 
 
 def trainer_step_times(
@@ -136,9 +128,9 @@ def checkpoint_figures(experiment_cls, repeats: int, directory: str) -> dict:
         plain_s.append(time.perf_counter() - start)
     return {
         "bytes": nbytes,
-        "sync_save_s": _stats(sync_s),
-        "async_stall_s": _stats(async_stall_s),
-        "plain_write_s": _stats(plain_s),
+        "sync_save_s": figures.spread(sync_s),
+        "async_stall_s": figures.spread(async_stall_s),
+        "plain_write_s": figures.spread(plain_s),
     }
 
 
@@ -182,7 +174,7 @@ def baseline_shape(cfg) -> baseline.Shape:
 
 def _ratios(numerator, denominator) -> dict:
     """Per-round ratios: each round's intervals ran back to back, under the same load."""
-    return _stats([n / d for n, d in zip(numerator, denominator)])
+    return figures.spread([n / d for n, d in zip(numerator, denominator)])
 
 
 def loops(task) -> tuple:
@@ -202,50 +194,22 @@ def loops(task) -> tuple:
 
 
 def measure(experiment_cls, steps: int, repeats: int) -> dict:
-    """Trainer, minimal loop, baseline and matmul peak, one interval each per round.
-
-    The trainer's loop calls back after each summary interval; the callback runs one timed
-    interval of the minimal loop and of the baseline and one peak measurement, so the load of
-    a shared machine falls on all of them alike, and the ratios are taken round by round.
-    """
+    """Trainer, minimal loop, baseline and matmul peak, one interval each per round
+    (_interleaved_times), then the checkpoint's and the input pipeline's figures."""
     task = experiment_cls().task()
     cfg = task.model
     batch = task.train.percore_batch_size
     tokens_per_step = batch * cfg.seq_len
     flops_per_step = mfu.flops_per_step(cfg, batch)
     load_before = os.getloadavg()
-    minimal_run, baseline_run = loops(task)
-    minimal_run.interval(1), baseline_run.interval(1)  # compile before any timing
-    peaks, minimal, independent = [], [], []
-
-    def others(step, values):
-        minimal.append(minimal_run.interval(steps))
-        independent.append(baseline_run.interval(steps))
-        peaks.append(mfu.measure_matmul_peak(cfg.fprop_dtype))
-
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = trainer_step_times(
-            experiment_cls, steps, repeats, os.path.join(tmp, "job"), others
-        )
+        times = _interleaved_times(experiment_cls, task, steps, repeats, os.path.join(tmp, "job"))
         checkpoint = checkpoint_figures(experiment_cls, repeats, os.path.join(tmp, "ckpt"))
     pipeline = input_pipeline_tokens_per_s(experiment_cls, 20, repeats)
     load_after = os.getloadavg()
-    peak = statistics.median(peaks)
-    trainer_s, minimal_s, baseline_s = (
-        statistics.median(t) for t in (trainer, minimal, independent)
-    )
-    device = jax.devices()[0]
+    trainer_s = statistics.median(times["trainer"])
     return {
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "device": f"{device.platform}: {device.device_kind}",
-            "devices_used": 1,
-            "jax": jax.__version__,
-            # 1-minute load average before and after: on a shared machine, read the ratios.
-            "load_avg_1m": [round(load_before[0], 2), round(load_after[0], 2)],
-            "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        },
+        "machine": _machine(load_before, load_after),
         "config": {
             "name": experiment_cls.__name__,
             "layers": cfg.num_layers,
@@ -258,11 +222,66 @@ def measure(experiment_cls, steps: int, repeats: int) -> dict:
             "flops_per_step": flops_per_step,
             "steps_per_interval": steps,
         },
-        "peak_flops": _stats(peaks)
-        | {"how": f"best of 5 timed 2048x2048 {cfg.fprop_dtype} matmuls (jit), per round"},
-        "trainer_step_s": _stats(trainer),
-        "minimal_step_s": _stats(minimal),
-        "baseline_step_s": _stats(independent),
+        **_speeds(times, tokens_per_step, flops_per_step, cfg.fprop_dtype),
+        "checkpoint": checkpoint,
+        "checkpoint_mb_per_s": checkpoint["bytes"] / checkpoint["sync_save_s"]["median"] / 1e6,
+        "plain_write_mb_per_s": checkpoint["bytes"] / checkpoint["plain_write_s"]["median"] / 1e6,
+        "async_stall_over_sync_save": (
+            checkpoint["async_stall_s"]["median"] / checkpoint["sync_save_s"]["median"]
+        ),
+        "input_tokens_per_s": figures.spread(pipeline),
+        "input_over_trainer_consumption": statistics.median(pipeline)
+        / (tokens_per_step / trainer_s),
+    }
+
+
+def _interleaved_times(experiment_cls, task, steps: int, repeats: int, job_dir: str) -> dict:
+    """Seconds per step of each loop and the matmul peak, a list of one per round.
+
+    The trainer's loop calls back after each summary interval; the callback runs one timed
+    interval of the minimal loop and of the baseline and one peak measurement, so the load of
+    a shared machine falls on all of them alike, and the ratios are taken round by round.
+    """
+    minimal_run, baseline_run = loops(task)
+    minimal_run.interval(1), baseline_run.interval(1)  # compile before any timing
+    times = {"peaks": [], "minimal": [], "baseline": []}
+
+    def others(step, values):
+        times["minimal"].append(minimal_run.interval(steps))
+        times["baseline"].append(baseline_run.interval(steps))
+        times["peaks"].append(mfu.measure_matmul_peak(task.model.fprop_dtype))
+
+    times["trainer"] = trainer_step_times(experiment_cls, steps, repeats, job_dir, others)
+    return times
+
+
+def _machine(load_before: tuple, load_after: tuple) -> dict:
+    device = jax.devices()[0]
+    return {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "device": f"{device.platform}: {device.device_kind}",
+        "devices_used": 1,
+        "jax": jax.__version__,
+        # 1-minute load average before and after: on a shared machine, read the ratios.
+        "load_avg_1m": [round(load_before[0], 2), round(load_after[0], 2)],
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
+
+
+def _speeds(times: dict, tokens_per_step: int, flops_per_step: float, dtype: str) -> dict:
+    """Each loop's step time, their ratios round by round, tokens/s and MFU (medians)."""
+    trainer, minimal, independent = times["trainer"], times["minimal"], times["baseline"]
+    peak = statistics.median(times["peaks"])
+    trainer_s, minimal_s, baseline_s = (
+        statistics.median(t) for t in (trainer, minimal, independent)
+    )
+    return {
+        "peak_flops": figures.spread(times["peaks"])
+        | {"how": f"best of 5 timed 2048x2048 {dtype} matmuls (jit), per round"},
+        "trainer_step_s": figures.spread(trainer),
+        "minimal_step_s": figures.spread(minimal),
+        "baseline_step_s": figures.spread(independent),
         "trainer_over_minimal": _ratios(trainer, minimal),
         "minimal_over_baseline": _ratios(minimal, independent),
         "trainer_over_baseline": _ratios(trainer, independent),
@@ -272,15 +291,6 @@ def measure(experiment_cls, steps: int, repeats: int) -> dict:
         "trainer_mfu": flops_per_step / trainer_s / peak,
         "minimal_mfu": flops_per_step / minimal_s / peak,
         "baseline_mfu": flops_per_step / baseline_s / peak,
-        "checkpoint": checkpoint,
-        "checkpoint_mb_per_s": checkpoint["bytes"] / checkpoint["sync_save_s"]["median"] / 1e6,
-        "plain_write_mb_per_s": checkpoint["bytes"] / checkpoint["plain_write_s"]["median"] / 1e6,
-        "async_stall_over_sync_save": (
-            checkpoint["async_stall_s"]["median"] / checkpoint["sync_save_s"]["median"]
-        ),
-        "input_tokens_per_s": _stats(pipeline),
-        "input_over_trainer_consumption": statistics.median(pipeline)
-        / (tokens_per_step / trainer_s),
     }
 
 
@@ -362,7 +372,7 @@ def main(argv=None) -> int:
         "--decode",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="also measure decoding (benchmarks/decode.py); its recompute side takes about "
+        help="also measure decoding (benchmarks/decode/); its recompute side takes about "
         "15 min of a 2-core CPU, so --no-decode gives the training figures alone",
     )
     parser.add_argument(
@@ -372,7 +382,7 @@ def main(argv=None) -> int:
         "of the baseline and print where each one's time goes (benchmarks/profile.py); on a "
         "CPU, run under `taskset -c 0` for CPU time per op",
     )
-    parser.add_argument("--json", help="also write the figures to this file")
+    figures.add_json_flag(parser)
     parser.add_argument(
         "--record",
         action="store_true",
@@ -397,11 +407,9 @@ def main(argv=None) -> int:
     result = measure(experiment(config, args.dtype), args.steps, args.repeats)
     print(report(result))
     if args.decode:
-        result["decode"] = decode.measure(small=config == "small", repeats=args.repeats)
-        print(decode.report(result["decode"]))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        result["decode"] = decoding.measure(small=config == "small", repeats=args.repeats)
+        print(decoding.report(result["decode"]))
+    figures.write_json(args.json, result)
     if args.record:
         record(result)
         print(f"recorded in {BENCH_JSON.relative_to(ROOT)}, README.md and docs/benchmarks.md")

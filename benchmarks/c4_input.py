@@ -21,6 +21,7 @@ import time
 
 import jax
 
+from benchmarks import figures
 from pax.data import c4, tokenizers
 from pax.data.__main__ import train_spm
 from pax.experiments.config import DatasetConfig
@@ -165,9 +166,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         results = measure(args.data_dir, args.tokenizer, args.seconds, tmp)
     print(report(results))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    figures.write_json(args.json, results)
     return 0
 
 

@@ -34,7 +34,10 @@ def adam(opt):
 class MinimalLoop:
     """Initialized on construction; the first `interval` call also compiles the step.
 
-    The same interface as benchmarks.baseline.Baseline, so bench.py interleaves the two.
+    The same interface as benchmarks.baseline.Baseline, so bench.py interleaves the two. The
+    step and the timed interval are written again here on purpose, not shared with Baseline:
+    the baseline stays an independent program (tests/benchmarks/test_bench.py pins its imports
+    to flax, jax, optax and the standard library), one that nothing measured against it shapes.
     """
 
     def __init__(self, model_cfg, opt_cfg, batches):

@@ -27,7 +27,7 @@ import time
 import jax
 import numpy as np
 
-from benchmarks import baseline, profile
+from benchmarks import baseline, figures, profile
 from benchmarks.bench import baseline_shape
 from benchmarks.table import BENCH_JSON, ROOT, record_accelerator
 from pax.train import compiled_step, mfu
@@ -208,7 +208,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=10, help="timed steps per setting")
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny size: checks the script")
     parser.add_argument("--profile", action="store_true", help="trace the first setting instead")
-    parser.add_argument("--json", help="also write the figures to this file")
+    figures.add_json_flag(parser)
     parser.add_argument(
         "--record",
         action="store_true",
@@ -266,9 +266,7 @@ def main(argv=None) -> int:
         del shown[shown.index("--json") : shown.index("--json") + 2]
     shown = [a for a in shown if a != "--record" and not a.startswith("--json=")]
     result["command"] = " ".join(["python -m benchmarks.tpu_bench", *shown])
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    figures.write_json(args.json, result)
     print(summary(result))
     if args.record and not args.dry_run:
         record_accelerator(result)
