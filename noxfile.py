@@ -23,13 +23,13 @@ from pax.bisect import cli as bisect_cli
 from pax.curves import band as refs
 from pax.docs import blocks as doc_blocks
 from pax.environments import runs, testtools, venv
+from pax.errors import PaxError
 from pax.images import cli as images_cli
 from pax.launch import render as launch
 from pax.paths import ROOT
 from pax.releases import catalog, cut
 from pax.releases import compile as locks
 from pax.releases import diff as lock_diff
-from pax.releases import readme as readme_blocks
 
 nox.options.sessions = ["test"]
 # Every session runs in a venv this project makes itself (the tools venv, a pinned release env).
@@ -37,21 +37,22 @@ nox.options.default_venv_backend = "none"
 
 
 @contextlib.contextmanager
-def _errors(session: nox.Session, *kinds: type[Exception], prefix: str = ""):
-    try:  # the package's one-line error, not a traceback
+def _errors(session: nox.Session):
+    """A package's error (PaxError) ends the session with its one line, not a traceback:
+    `SESSION: error: MESSAGE`, as the packages' own commands print theirs."""
+    try:
         yield
-    except kinds as err:
-        session.error(f"{prefix}{err}")
+    except PaxError as err:
+        session.error(f"{session.name}: error: {err}")
 
 
 def _release(session: nox.Session, args: list[str]) -> catalog.Release:
-    with _errors(session, catalog.UnknownRelease):
+    with _errors(session):
         return catalog.pop_release(args)
 
 
 def _env(session: nox.Session, release: catalog.Release, platform: str) -> venv.Env:
-    failed = (venv.EnvMismatch, FileNotFoundError, subprocess.CalledProcessError)
-    with _errors(session, *failed, prefix=f"the {release.version} {platform} env: "):
+    with _errors(session):
         return venv.ensure(release, platform, log=session.log)
 
 
@@ -80,7 +81,7 @@ def test(session: nox.Session) -> None:
     env = _env(session, release, platform)
     if platform != "cpu":  # one process holds the chip; the tier selects itself by its marker
         args = ["-m", "accelerator", "--full", "-p", "no:xdist", *args]
-    with _errors(session, RuntimeError):
+    with _errors(session):
         variables = testtools.prepare(env, log=session.log)
     # Tests choose their own devices (conftest sets XLA_FLAGS before jax loads).
     targets = [] if any(Path(a.split("::")[0]).exists() for a in args) else ["tests"]
@@ -113,12 +114,12 @@ def env(session: nox.Session) -> None:
 @nox.session
 def lock(session: nox.Session) -> None:
     """Recompile lockfiles: `lock -- RELEASE|nightly|tools [PLATFORM...]`."""
-    with _errors(session, locks.LockUsage, catalog.UnknownRelease, RuntimeError):
+    with _errors(session):
         locks.main(list(session.posargs), ROOT, log=session.log)
 
 
 def _images(session: nox.Session, command: str, usage: str) -> None:
-    with _errors(session, images_cli.ImageError):
+    with _errors(session):
         session.log(f"{command}: {images_cli.run_command(command, session.posargs, usage)}")
 
 
@@ -149,11 +150,9 @@ def publish(session: nox.Session) -> None:
 @nox.session
 def check(session: nox.Session) -> None:
     """Check a published image from the registry alone: `check -- REGISTRY/pax:X-P --key PUB.pem`."""
-    with _errors(session, images_cli.ImageError):
+    with _errors(session):
         if not session.posargs:
-            raise images_cli.ImageError(
-                "check: usage: ./noxw -s check -- REGISTRY/pax:X-P --key PUB"
-            )
+            raise images_cli.ImageError("usage: ./noxw -s check -- REGISTRY/pax:X-P --key PUB")
         session.log(f"check: {images_cli.run(['check', *session.posargs])}")
 
 
@@ -161,21 +160,21 @@ def check(session: nox.Session) -> None:
 def cluster(session: nox.Session) -> None:
     """JobSet or Slurm script for the images: `cluster -- RELEASE tpu|gpu|slurm --exp=NAME [-o F]`."""
     if launch.main(list(session.posargs)):
-        session.error("cluster: nothing written")
+        session.error("cluster: error: nothing written")
 
 
 @nox.session
 def diff(session: nox.Session) -> None:
     """Diff two locks: `diff -- A B [--platform cpu] [--json]` (release, path or GITREV:path)."""
     if code := lock_diff.main(list(session.posargs)):
-        session.error(f"diff: exit {code}")
+        session.error(f"diff: error: exit {code}")
 
 
 @nox.session
 def bisect(session: nox.Session) -> None:
     """Find the package change that breaks a command: `bisect -- --good A --bad B -- COMMAND...`."""
     if code := bisect_cli.main(list(session.posargs)):
-        session.error(f"bisect: exit {code}")
+        session.error(f"bisect: error: exit {code}")
 
 
 @nox.session
@@ -185,24 +184,21 @@ def release(session: nox.Session) -> None:
     args = list(session.posargs)
     if "--record-images" in args:  # a release cut before: its images' IDs, the locks untouched
         args.remove("--record-images")
-        with _errors(session, images_cli.ImageError):
+        with _errors(session):
             session.log(f"record: {images_cli.run(['record', *args])}")
         return
 
     def record(version: str, base_image: str) -> None:
-        try:
-            images_cli.run(["record", version, "--base-image", base_image])
-        except images_cli.ImageError as err:
-            raise RuntimeError(str(err)) from None
+        images_cli.run(["record", version, "--base-image", base_image])
 
-    with _errors(session, RuntimeError, prefix="release: "):  # CutError, pip-compile, pins
+    with _errors(session):
         cut.cut_from_args(args, ROOT, log=session.log, record_images=record)
 
 
 @nox.session
 def readme(session: nox.Session) -> None:
     """Regenerate README's, CHANGELOG's, docs' generated blocks: `readme -- [--check]`."""
-    with _errors(session, readme_blocks.ReadmeError):
+    with _errors(session):
         check = "--check" in session.posargs
         extra = [bench_table.block(), bench_table.accelerator_block()]
         doc_blocks.main(ROOT, check, extra=extra, log=session.log)
@@ -229,7 +225,7 @@ def data(session: nox.Session) -> None:
 def _curves(session: nox.Session, command: str, usage: str, its_exit: bool = False) -> None:
     """pax.curves (no jax; matplotlib is the tools venv's); its_exit: exit with its status."""
     if not session.posargs:
-        session.error(f"{command}: usage: ./noxw -s {command} -- {usage}")
+        session.error(f"{command}: error: usage: ./noxw -s {command} -- {usage}")
     args = [sys.executable, "-m", "pax.curves", command, *session.posargs]
     if not its_exit:
         return session.run(*args, external=True, env={"PYTHONPATH": str(ROOT)})
@@ -257,7 +253,7 @@ def references(session: nox.Session) -> None:
     args = list(session.posargs)
     release = _release(session, args)
     platform = catalog.pop_platform(args)
-    with _errors(session, refs.CurvesError, prefix="references: "):
+    with _errors(session):
         parsed = refs.parse_args(args)
         env = _env(session, release, platform)
         run_env = {**os.environ, **env.session_env()}
@@ -284,7 +280,7 @@ def tutorial(session: nox.Session) -> None:
     """Run docs/tutorial.ipynb in a release's CPU env, storing its outputs: `tutorial -- [RELEASE]`."""
     env = _env(session, _release(session, list(session.posargs)), "cpu")
     # The notebook runs on the one CPU device a reader has, not on virtual devices.
-    with _errors(session, RuntimeError):
+    with _errors(session):
         run_env = {**testtools.prepare(env, log=session.log), "XLA_FLAGS": ""}
     execute = [env.python, *testtools.JUPYTER_EXECUTE, "--inplace", "--timeout=3000"]
     session.run(*execute, ROOT / "docs" / "tutorial.ipynb", env=run_env, external=True)

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from pax import paths
-from pax.errors import last_line
+from pax.errors import PaxError, last_line
 
 # Machine-local pip settings (extra indexes, find-links, constraint files) must not leak into a
 # pinned install or a lock; pip's own default index (or PIP_INDEX_URL, if a user sets a mirror)
@@ -31,6 +31,10 @@ _PIP_ENV_DROP = (
     "PIP_PREFIX",
     "PYTHONPATH",
 )
+
+
+class NoPip(PaxError, RuntimeError):
+    """No interpreter with pip, and none can be made."""
 
 
 def pip_env(base: dict[str, str] | None = None) -> dict[str, str]:
@@ -78,7 +82,7 @@ def pip_python() -> str:
         try:
             make_venv(venv, with_pip=True)
         except subprocess.CalledProcessError as made:
-            raise RuntimeError(
+            raise NoPip(
                 "no pip found, and `python3 -m venv` cannot make one ("
                 + last_line(made.stderr, made.stdout, default="ensurepip failed")
                 + "): run through ./noxw, or install python3-venv"

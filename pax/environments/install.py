@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from pax.errors import PaxError
 from pax.lockfile import Pin
 from pax.pip import pip_env, pip_python, pip_runner, uv_binary, uv_env
 
@@ -41,6 +42,10 @@ def requirements_file(pins: list[Pin], hashed: bool = True):
         Path(req.name).unlink()
 
 
+class InstallError(PaxError, RuntimeError):
+    """An installer that cannot run here."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Installer:
     """uv (`uv` is its binary) or pip (`uv` None), driving another interpreter's environment."""
@@ -52,7 +57,7 @@ class Installer:
         """uv where there is one and `want` ("auto", "uv" or "pip") allows it, else pip."""
         uv = uv_binary() if want in ("auto", "uv") else None
         if want == "uv" and not uv:
-            raise RuntimeError(
+            raise InstallError(
                 "--installer uv: uv is not installed (run through ./noxw, or use pip)"
             )
         return cls(uv)

@@ -15,13 +15,14 @@ import dataclasses
 import fcntl
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from pax import envinfo, lockfile, paths
 from pax.environments.install import install_lock, pip_check
-from pax.errors import PaxError
+from pax.errors import PaxError, last_line
 from pax.pip import make_venv
 from pax.releases.catalog import Release
 
@@ -152,7 +153,7 @@ def _lock(release: Release, platform: str) -> Path:
     lock = release.lockfile(platform)
     if lock.is_file():
         return lock
-    raise FileNotFoundError(
+    raise EnvMismatch(
         f"release {release.version} has no {platform} lock ({lock}); "
         f"make it with ./noxw -s lock -- {release.version} {platform}"
     )
@@ -172,12 +173,14 @@ def _ensure(release: Release, platform: str, root: Path | None, log) -> Env:
         shutil.rmtree(path)
     started = time.monotonic()
     log(f"env {path.name}: creating from {lock.relative_to(release.dir.parent.parent)}")
-    make_venv(path)
-    if lockfile.parse_lockfile(lock):
-        installer = install_lock(env.python, lock)
-    else:
-        installer = "nothing to install"
+    try:
+        make_venv(path)
+        installer = install_lock(env.python, lock) if lockfile.parse_lockfile(lock) else None
+    except subprocess.CalledProcessError as err:  # a wrong hash, no network: nothing is kept
+        shutil.rmtree(path, ignore_errors=True)
+        why = last_line(err.stderr, err.stdout, default=f"exit {err.returncode}")
+        raise EnvMismatch(f"cannot build {path} from {lock}: {why}") from None
     verify(env, log)
     write_identity(env)
-    log(f"env {path.name}: built in {time.monotonic() - started:.1f}s ({installer})")
+    log(f"env {path.name}: built in {time.monotonic() - started:.1f}s ({installer or 'nothing to install'})")
     return env

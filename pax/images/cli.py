@@ -160,7 +160,7 @@ def run_command(command: str, args, usage: str, log=sys.stderr) -> object:
     """`./noxw -s COMMAND -- RELEASE PLATFORM ...`: without both, a one-line usage error (the
     session's) rather than argparse's; else `run`."""
     if len([a for a in args if not a.startswith("-")]) < 2:
-        raise ImageError(f"{command}: usage: ./noxw -s {command} -- {usage}", usage=True)
+        raise ImageError(f"usage: ./noxw -s {command} -- {usage}", usage=True)
     return run([command, *args], log=log)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from pax import lockfile, paths
+from pax.errors import PaxError, UsageError
 from pax.lockfile import sha256_file
 
 # The one declaration of the Python the releases are locked for and the images run. What cannot
@@ -30,19 +31,19 @@ HEADLINE = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "tensorstore")
 _VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
 
 
-class UnknownRelease(LookupError):
+class UnknownRelease(UsageError, LookupError):
     def __init__(self, name: str, known: list[str]):
         self.name, self.known = name, known
         listed = ", ".join(known) if known else "none"
         super().__init__(f"unknown release {name!r}; known releases: {listed} (see releases/)")
 
 
-class UnknownPlatform(LookupError):
+class UnknownPlatform(UsageError, LookupError):
     def __init__(self, name: str):
         super().__init__(f"unknown platform {name!r}; platforms: {', '.join(LOCK_PLATFORMS)}")
 
 
-class TestLockMismatch(RuntimeError):
+class TestLockMismatch(PaxError, RuntimeError):
     """A release's test lock pins a package the cpu lock also pins at another version."""
 
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from pax import lockfile, paths
+from pax.errors import PaxError, UsageError
 from pax.pip import pip_env, uv_binary, uv_env
 from pax.releases.catalog import (
     LOCKS,
@@ -31,6 +32,10 @@ PIP_COMPILE_FLAGS = (
     "--no-emit-trusted-host",
     "--quiet",
 )
+
+
+class LockError(PaxError, RuntimeError):
+    """A lock that could not be compiled, or does not honour the release's pins."""
 
 
 def write_constraints(release: Release) -> Path:
@@ -89,9 +94,7 @@ def compile_one(release: Release, platform: str, root: Path) -> tuple[str, float
     )
     took = time.monotonic() - started
     if proc.returncode != 0:
-        raise RuntimeError(
-            f"pip-compile {release.version} {platform} failed:\n{proc.stderr[-4000:]}"
-        )
+        raise LockError(f"pip-compile {release.version} {platform} failed:\n{proc.stderr[-4000:]}")
     after = lockfile.sha256_file(lock)
     state = "new" if before is None else ("unchanged" if before == after else "CHANGED")
     return after, took, state
@@ -142,7 +145,7 @@ def lock(
         + (f" (index as of {release.resolved_before})" if release.resolved_before else "")
     )
     if TEST_LOCK in names and "cpu" not in products and not release.lockfile("cpu").is_file():
-        raise RuntimeError(
+        raise LockError(
             f"the test lock is constrained by the cpu lock, which {release.version} lacks; "
             f"lock both: ./noxw -s lock -- {release.version} cpu test"
         )
@@ -165,7 +168,7 @@ def lock(
         headline = lockfile.versions(lockfile.parse_lockfile(release.lockfile(products[0])))
         for name, want in release.pins.items():
             if headline.get(name) != want:
-                raise RuntimeError(
+                raise LockError(
                     f"{products[0]} lock has {name}=={headline.get(name)}, pin says {want}"
                 )
     if TEST_LOCK in names:
@@ -173,17 +176,17 @@ def lock(
     return shas
 
 
-class LockUsage(ValueError):
+class LockUsage(UsageError, ValueError):
     """`lock` arguments that name nothing to lock."""
 
 
 def main(args: list[str], root: Path | None = None, log=print) -> None:
     """`./noxw -s lock -- RELEASE|nightly|tools [PLATFORM...]`: LockUsage for bad arguments,
-    UnknownRelease, RuntimeError for a failed compile or a pin the lock does not honour."""
+    UnknownRelease, LockError for a failed compile or a pin the lock does not honour."""
     root = root or paths.ROOT
     if not args:
         raise LockUsage(
-            "lock: name a release, e.g. `./noxw -s lock -- 1.4.0 [cpu tpu gpu test]`, "
+            "name a release, e.g. `./noxw -s lock -- 1.4.0 [cpu tpu gpu test]`, "
             "`-- nightly` or `-- tools`"
         )
     name, platforms = args[0], list(args[1:])
@@ -192,7 +195,7 @@ def main(args: list[str], root: Path | None = None, log=print) -> None:
         return
     bad = [p for p in platforms if p not in LOCKS]
     if bad:
-        raise LockUsage(f"lock: unknown lock(s) {' '.join(bad)}; locks: {', '.join(LOCKS)}")
+        raise LockUsage(f"unknown lock(s) {' '.join(bad)}; locks: {', '.join(LOCKS)}")
     release = make_nightly(root) if name == NIGHTLY else pop_release([name])
     lock(release, platforms or None, root, log=log)
 

@@ -203,7 +203,7 @@ def cut(
     try:  # the images are built from the cut commit, so only now
         record_images(version, base_image)
         _git(root, "commit", "--quiet", "-m", f"release {version}: image IDs", "--", str(toml))
-    except RuntimeError as err:
+    except (PaxError, RuntimeError) as err:  # the images' one-line errors, a failed git
         raise CutError(
             f"{version} is cut (source {rev[:12]}) but its image IDs are not recorded "
             f"({err}); once a Docker engine and the base image are up: {later}"

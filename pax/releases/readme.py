@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 from pax import paths
+from pax.errors import PaxError
 from pax.lockfile import parse_lockfile, versions
 from pax.releases.catalog import IMAGE_PLATFORMS, LOCK_PLATFORMS, Release, list_releases
 
@@ -44,7 +45,7 @@ COLUMNS = (
 )
 
 
-class ReadmeError(ValueError):
+class ReadmeError(PaxError, ValueError):
     """A marked block that cannot be rewritten (unpaired or nested markers)."""
 
 

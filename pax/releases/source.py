@@ -18,6 +18,7 @@ import tarfile
 from pathlib import Path
 
 from pax import git, paths
+from pax.errors import PaxError
 from pax.releases.catalog import LOCK_PLATFORMS, TEST_LOCK, Release, resolve
 
 # What a pax wheel is built from (pyproject.toml's package, its readme and licence).
@@ -28,7 +29,7 @@ _SOURCE_COMMENT = (
 )
 
 
-class SourceError(RuntimeError):
+class SourceError(PaxError, RuntimeError):
     """A release's source cannot be used; the message is one line saying why and what to do."""
 
 

@@ -52,7 +52,7 @@ def test_pop_release_and_platform():
 @pytest.mark.parametrize(
     "args, message",
     [
-        ([], "lock: name a release"),
+        ([], "^name a release"),
         (["1.6.0", "cpu", "arm"], "unknown lock.s. arm; locks: cpu, tpu, gpu, test"),
     ],
 )
@@ -62,6 +62,6 @@ def test_lock_usage(args, message):
 
 
 def test_image_commands_need_release_and_platform():
-    with pytest.raises(images_cli.ImageError, match=r"build: usage: ./noxw -s build -- R P") as e:
+    with pytest.raises(images_cli.ImageError, match=r"^usage: ./noxw -s build -- R P") as e:
         images_cli.run_command("build", ["1.6.0", "--tag=x"], "R P")
     assert e.value.usage
