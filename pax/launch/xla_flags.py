@@ -48,10 +48,8 @@ def value() -> str:
 def dockerfile_block() -> str:
     """Dockerfile.gpu's ENV line with a comment per flag."""
     width = max(len(flag) for flag, _ in GPU_XLA_FLAGS)
-    # The block names this module's former path: it is part of the GPU image's recipe, whose
-    # sha256 (and so the image ID) the releases record, and a rename alone should not change them.
     lines = [
-        "# XLA defaults for GPU runs, from pax/images/xla_flags.py (`./noxw -s readme` rewrites",
+        "# XLA defaults for GPU runs, from pax/launch/xla_flags.py (`./noxw -s readme` rewrites",
         "# this block); override with -e XLA_FLAGS=...",
     ]
     for flag, why in GPU_XLA_FLAGS:
