@@ -83,7 +83,7 @@ def import_root(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     link = folder / "pax"
     if not link.exists():
-        link.symlink_to(Path(__file__).resolve().parents[1], target_is_directory=True)
+        link.symlink_to(paths.PACKAGE, target_is_directory=True)
     return folder
 
 
