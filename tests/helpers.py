@@ -50,6 +50,45 @@ def derive(base, **attrs):
     return type(base.__name__, (base,), attrs)
 
 
+def train(job_dir, experiment=Tiny, **flags):
+    """EXPERIMENT trained (or resumed) on one device in JOB_DIR, under the name tests.Tiny."""
+    import jax
+
+    from pax.train import loop
+
+    run = loop.prepare(experiment(), devices=jax.devices()[:1])
+    return loop.train(run, str(job_dir), "tests.Tiny", **flags)
+
+
+def refusal(job_dir, experiment=Tiny, **flags) -> str:
+    """The message of the UsageError with which `train` refuses to start."""
+    import pytest
+
+    from pax.errors import UsageError
+
+    with pytest.raises(UsageError) as error:
+        train(job_dir, experiment, **flags)
+    return str(error.value)
+
+
+def truncate_files(folder):
+    """Every file under FOLDER cut to half its size: a checkpoint damaged on disk."""
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "r+b") as f:
+                f.truncate(os.path.getsize(path) // 2)
+
+
+def readme_block(start: str, end: str) -> str:
+    """README.md's one generated block between the markers START and END."""
+    from pax.releases import readme
+
+    blocks = readme.blocks((paths.ROOT / "README.md").read_text(), start, end)
+    assert len(blocks) == 1, f"README.md needs one block between {start} and {end}"
+    return blocks[0]
+
+
 def read_metrics(job_dir, split="train"):
     with open(f"{job_dir}/metrics.jsonl") as f:
         rows = [json.loads(line) for line in f]

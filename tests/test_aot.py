@@ -12,7 +12,8 @@ import pytest
 from pax import aot, paths
 from pax.environments import venv
 from pax.experiments import registry
-from pax.releases import catalog, readme
+from pax.releases import catalog
+from tests.helpers import readme_block
 
 ROOT = str(paths.ROOT)
 TINY = "tasks.lm.params.lm_cloud.LmCloudSpmdTiny"
@@ -179,10 +180,7 @@ def test_reference_experiments_compile_at_full_size_on_xla_cpu(tmp_path):
 
 
 def test_readme_aot_table_is_rendered_from_docs_aot_json():
-    text = (aot.ROOT / "README.md").read_text()
-    blocks = readme.blocks(text, aot.START, aot.END)
-    assert len(blocks) == 1, "README.md needs one aot-table block"
-    assert blocks[0] == f"\n\n{aot.recorded_table()}\n\n", (
+    assert readme_block(aot.START, aot.END) == f"\n\n{aot.recorded_table()}\n\n", (
         "README's compile table differs from docs/aot.json; run ./noxw -s aot (or readme)"
     )
 

@@ -23,6 +23,7 @@ from pax.data.tokenizers import ByteTokenizer
 from pax.models import kernels
 from pax.releases import readme
 from pax.train import mfu
+from tests.helpers import readme_block
 
 TRAINING_FIGURES = (
     "trainer_mfu",
@@ -193,10 +194,7 @@ def test_baseline_refuses_configs_it_does_not_model():
 
 
 def test_readme_bench_table_is_rendered_from_docs_bench_json():
-    text = (table.ROOT / "README.md").read_text()
-    blocks = readme.blocks(text, table.START, table.END)
-    assert len(blocks) == 1, "README.md needs one bench-table block"
-    assert blocks[0] == f"\n\n{table.recorded_table()}\n\n", (
+    assert readme_block(table.START, table.END) == f"\n\n{table.recorded_table()}\n\n", (
         "README's performance table differs from docs/bench.json; run "
         "./noxw -s bench -- --record (or rewrite the block from the file)"
     )

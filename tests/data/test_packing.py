@@ -1,5 +1,7 @@
 """Packed rows in the model: attention stays inside each document; the loss ignores padding."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,18 +21,9 @@ ONE_DOC = np.ones_like(SEGMENTS), np.arange(16)[None]
 @pytest.fixture(scope="module")
 def lm():
     """(logits(tokens, positions, segment_ids), a row of tokens) of a 2-layer model, jitted once."""
-    cfg = ModelConfig(
-        vocab_size=64,
-        num_layers=2,
-        model_dims=32,
-        hidden_dims=64,
-        num_heads=4,
-        dims_per_head=8,
-        num_kv_heads=2,
-        seq_len=16,
-        embedding_init_std=32**-0.5,
-    )
-    model = TransformerLm(cfg)
+    # ModelConfig's 2 layers and 4 heads (of 8 dims here), grouped-query over 2 key/value heads.
+    cfg = ModelConfig(vocab_size=64, model_dims=32, hidden_dims=64, num_kv_heads=2, seq_len=16)
+    model = TransformerLm(dataclasses.replace(cfg, dims_per_head=8, embedding_init_std=32**-0.5))
     tokens = np.array(jax.random.randint(jax.random.key(0), (1, 16), 1, 64))
     variables = jax.jit(model.init)(jax.random.key(1), tokens, POSITIONS, SEGMENTS)
     apply = jax.jit(model.apply)

@@ -1,5 +1,5 @@
-"""The shell examples of README.md and docs/*.md: the ones a fresh clone runs offline in seconds
-are run as written; every other one is parsed (its nox session, module or script exists, and so
+"""The shell examples of README.md and docs/*.md (at least ten in README's quickstart): the ones a
+fresh clone runs offline in seconds are run as written; every other one is parsed (its nox session, module or script exists, and so
 do the pax.main flags and hyper-parameters it names), and one that uses the nightly lock shows
 the step that makes it first."""
 
@@ -197,12 +197,15 @@ def test_every_example_names_what_exists(example):
 
 
 @pytest.mark.parametrize("example", RUN, ids=str)
-def test_the_offline_examples_run_as_written(example, tmp_path):
+def test_the_offline_examples_run_as_written(example, tmp_path, pax_main):
     # This env's Python stands for the one the example names (the newest release's pinned env).
     words = [sys.executable, *example.words[1:]]
-    result = subprocess.run(
-        words, cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env(tmp_path)
-    )
+    if words[1:3] == ["-m", "pax.main"]:
+        result = pax_main.run(*words[3:], devices=8)
+    else:
+        result = subprocess.run(
+            words, cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env(tmp_path)
+        )
     assert result.returncode == 0, f"{example}\n{result.stderr[-3000:]}"
     assert result.stdout.strip()
 
@@ -239,6 +242,24 @@ def test_the_count_of_examples_run_and_parsed(capsys):
             f"{len(PAGES)} pages; {len(RUN)} run here, {len(EXAMPLES) - len(RUN)} parsed only"
         )
     assert len(RUN) >= 3 and len(EXAMPLES) > 60
+
+
+def quickstart_commands() -> list[str]:
+    """Shell commands of README's code blocks from its start to the support matrix."""
+    text = (ROOT / "README.md").read_text().split("## Support matrix")[0]
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.split(r"\s#\s|^#", line)[0].strip()
+            commands += [c.strip() for c in re.split(r"&&|;", line) if c.strip()]
+    return commands
+
+
+def test_quickstart_commands_name_what_exists():
+    commands = quickstart_commands()
+    assert len(commands) >= 10
+    problems = {c: p for c in commands if (p := check(Example(ROOT / "README.md", 0, c)))}
+    assert not problems, problems
 
 
 @pytest.mark.parametrize(

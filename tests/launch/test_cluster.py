@@ -312,6 +312,19 @@ def _stubs(tmp_path, gpus=True):
     return bin_dir, log
 
 
+def _job_env(tmp_path, bin_dir, log, **more):
+    """The variables of a 4-node Slurm job whose commands are the stubs, logging into LOG."""
+    return {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "HOME": str(tmp_path),
+        "LOG": str(log),
+        "SLURM_JOB_ID": "1",
+        "SLURM_NNODES": "4",
+        "SLURM_JOB_NODELIST": "node[001-004]",
+        **more,
+    }
+
+
 @pytest.mark.parametrize("runtime", ["pyxis", "docker", "docker-cpu", "apptainer", "venv"])
 def test_slurm_script_starts_one_pax_process_per_node(runtime, tmp_path):
     script = tmp_path / "run.sbatch"
@@ -331,17 +344,15 @@ def test_slurm_script_starts_one_pax_process_per_node(runtime, tmp_path):
         == 0
     )
     bin_dir, log = _stubs(tmp_path, gpus=runtime != "docker-cpu")
-    env = {
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "HOME": str(tmp_path),
-        "LOG": str(log),
-        "SLURM_JOB_ID": "4242",
-        "SLURM_NNODES": "4",
-        "SLURM_JOB_NODELIST": "node[001-004]",
-        "SLURM_SUBMIT_DIR": str(ROOT),  # sbatch's, for the venv runtime's checkout
-        "PAX_RUNTIME": runtime.removesuffix("-cpu"),
-        "PAX_VENV": str(tmp_path / "venv"),
-    }
+    env = _job_env(
+        tmp_path,
+        bin_dir,
+        log,
+        SLURM_JOB_ID="4242",
+        SLURM_SUBMIT_DIR=str(ROOT),  # sbatch's, for the venv runtime's checkout
+        PAX_RUNTIME=runtime.removesuffix("-cpu"),
+        PAX_VENV=str(tmp_path / "venv"),
+    )
     result = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     job_dir = f"{tmp_path}/pax-runs/pax-c4spmd16badam32replicas"
@@ -409,15 +420,7 @@ def test_slurm_script_refuses_an_unknown_runtime(tmp_path):
         capture_output=True,
         text=True,
         timeout=60,
-        env={
-            "PATH": f"{bin_dir}:{os.environ['PATH']}",
-            "HOME": str(tmp_path),
-            "LOG": str(log),
-            "SLURM_JOB_ID": "1",
-            "SLURM_NNODES": "4",
-            "SLURM_JOB_NODELIST": "node[001-004]",
-            "PAX_RUNTIME": "podman",
-        },
+        env=_job_env(tmp_path, bin_dir, log, PAX_RUNTIME="podman"),
     )
     assert result.returncode == 2
     assert "PAX_RUNTIME=podman is not one of pyxis, docker, apptainer, venv" in result.stderr
@@ -442,17 +445,14 @@ def test_slurm_venv_runtime_names_what_is_missing(venv, checkout, message, tmp_p
         text=True,
         timeout=60,
         cwd=tmp_path,
-        env={
-            "PATH": f"{bin_dir}:{os.environ['PATH']}",
-            "HOME": str(tmp_path),
-            "LOG": str(log),
-            "SLURM_JOB_ID": "1",
-            "SLURM_NNODES": "4",
-            "SLURM_JOB_NODELIST": "node[001-004]",
-            "SLURM_SUBMIT_DIR": str(tmp_path / checkout),
-            "PAX_RUNTIME": "venv",
-            "PAX_VENV": str(tmp_path / venv) if venv else "",
-        },
+        env=_job_env(
+            tmp_path,
+            bin_dir,
+            log,
+            SLURM_SUBMIT_DIR=str(tmp_path / checkout),
+            PAX_RUNTIME="venv",
+            PAX_VENV=str(tmp_path / venv) if venv else "",
+        ),
     )
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert not list(log.iterdir())
@@ -475,14 +475,7 @@ def test_slurm_script_passes_sigterm_on_to_the_tasks_and_exits_with_their_status
     (bin_dir / "srun").write_text(_SRUN_PREEMPTED)
     proc = subprocess.Popen(
         ["bash", str(script)],
-        env={
-            "PATH": f"{bin_dir}:{os.environ['PATH']}",
-            "HOME": str(tmp_path),
-            "LOG": str(log),
-            "SLURM_JOB_ID": "1",
-            "SLURM_NNODES": "4",
-            "SLURM_JOB_NODELIST": "node[001-004]",
-        },
+        env=_job_env(tmp_path, bin_dir, log),
     )
     for _ in range(600):
         if (log / "srun.started").exists():

@@ -20,17 +20,18 @@ def _opt(**kw) -> OptimizerConfig:
     return OptimizerConfig(**{"lr_schedule": "constant", **kw})
 
 
+def _schedule(name, learning_rate, warmup, decay):
+    """Schedule NAME: linear warmup over WARMUP steps, then decay from step DECAY[0] to DECAY[1]
+    down to 0.1 of the rate."""
+    steps = dict(lr_warmup_steps=warmup, lr_decay_start=decay[0], lr_decay_end=decay[1])
+    return schedules.build(
+        _opt(learning_rate=learning_rate, lr_schedule=name, lr_min_ratio=0.1, **steps)
+    )
+
+
 def test_linear_rampup_exponential_decay_matches_pax():
     # Pax's defaults: warmup 4000, decay 4001 -> 300000, min ratio 0.1.
-    cfg = _opt(
-        learning_rate=1e-3,
-        lr_schedule="linear_rampup_exponential_decay",
-        lr_warmup_steps=4000,
-        lr_decay_start=4001,
-        lr_decay_end=300000,
-        lr_min_ratio=0.1,
-    )
-    lr = schedules.build(cfg)
+    lr = _schedule("linear_rampup_exponential_decay", 1e-3, 4000, (4001, 300000))
     expected = {
         0: 0.0,
         2000: 0.5e-3,
@@ -45,15 +46,7 @@ def test_linear_rampup_exponential_decay_matches_pax():
 
 
 def test_linear_rampup_cosine_decay_matches_gpt3():
-    cfg = _opt(
-        learning_rate=2e-4,
-        lr_schedule="linear_rampup_cosine_decay",
-        lr_warmup_steps=265,
-        lr_decay_start=266,
-        lr_decay_end=108600,
-        lr_min_ratio=0.1,
-    )
-    lr = schedules.build(cfg)
+    lr = _schedule("linear_rampup_cosine_decay", 2e-4, 265, (266, 108600))
     mid = 266 + (108600 - 266) // 2
     frac = (mid - 266) / (108600 - 266)
     expected = {

@@ -1,5 +1,6 @@
 """pax.releases.diff: lock names, version order, the readable diff."""
 
+import hashlib
 import subprocess
 from pathlib import Path
 
@@ -8,30 +9,27 @@ import pytest
 from pax.lockfile import Pin
 from pax.releases import diff
 
-LOCK_A = """\
-jax==0.9.0 \\
-    --hash=sha256:aa
-numpy==1.26.4 \\
-    --hash=sha256:bb
-old-thing==1.0 \\
-    --hash=sha256:cc
-six==1.16.0 \\
-    --hash=sha256:dd
-zlib-ng==2.0.0 \\
-    --hash=sha256:ee
-"""
-LOCK_B = """\
-jax==0.10.2 \\
-    --hash=sha256:a1
-new-thing==0.1 \\
-    --hash=sha256:c1
-numpy==2.1.0 \\
-    --hash=sha256:b1
-six==1.16.0 \\
-    --hash=sha256:dd
-zlib-ng==1.9.9 \\
-    --hash=sha256:e1
-"""
+# Package: its version in lock A and in lock B (None: not in that lock).
+VERSIONS = {
+    "jax": ("0.9.0", "0.10.2"),
+    "new-thing": (None, "0.1"),
+    "numpy": ("1.26.4", "2.1.0"),
+    "old-thing": ("1.0", None),
+    "six": ("1.16.0", "1.16.0"),
+    "zlib-ng": ("2.0.0", "1.9.9"),
+}
+
+
+def _lock(side: int) -> str:
+    """A pip-compile lock of VERSIONS' side 0 (A) or 1 (B), one hash per pin: the same version
+    gets the same hash."""
+    pins = [f"{name}=={v[side]}" for name, v in VERSIONS.items() if v[side]]
+    return "".join(
+        f"{p} \\\n    --hash=sha256:{hashlib.sha256(p.encode()).hexdigest()}\n" for p in pins
+    )
+
+
+LOCK_A, LOCK_B = _lock(0), _lock(1)
 
 
 @pytest.mark.parametrize(

@@ -162,6 +162,18 @@ SET_DEFAULT_ADAM = Layer(
     },
 )
 
+LM_CLOUD_TRANSFORMER_ADAM = Layer(
+    f"{PAXML} paxml/tasks/lm/params/lm_cloud.py LmCloudTransformerAdam",
+    {
+        "NUM_LAYERS": 32,
+        "VOCAB_SIZE": 32000,
+        "NUM_HEADS": 16,
+        "MODEL_DIMS": 1024,
+        "HIDDEN_DIMS": 4096,
+        "LEARNING_RATE": 1e-3,
+    },
+)
+
 TRANSFORMER_LM_PMAP_ADAM = [
     Layer(
         f"{PAXML} paxml/tasks/lm/model_params.py TransformerLmPmapAdam",
@@ -478,19 +490,7 @@ CHAINS = {
     + TRANSFORMER_LM_SPMD_ADAFACTOR
     + [C4_DATASET_03],
     # Pax-named experiments.
-    "tasks.lm.params.lm_cloud.LmCloudTransformerAdam": [
-        Layer(
-            f"{PAXML} paxml/tasks/lm/params/lm_cloud.py LmCloudTransformerAdam",
-            {
-                "NUM_LAYERS": 32,
-                "VOCAB_SIZE": 32000,
-                "NUM_HEADS": 16,
-                "MODEL_DIMS": 1024,
-                "HIDDEN_DIMS": 4096,
-                "LEARNING_RATE": 1e-3,
-            },
-        )
-    ]
+    "tasks.lm.params.lm_cloud.LmCloudTransformerAdam": [LM_CLOUD_TRANSFORMER_ADAM]
     + TRANSFORMER_LM_PMAP_ADAM
     + SYNTHETIC_DATASET,
     "tasks.lm.params.lm_cloud.LmCloudTransformerAdamLimitSteps": [
@@ -498,17 +498,7 @@ CHAINS = {
             f"{PAXML} paxml/tasks/lm/params/lm_cloud.py LmCloudTransformerAdamLimitSteps",
             {"NUM_LAYERS": 10, "NUM_TRAIN_STEPS": 2000},  # task(): num_train_steps = 2000
         ),
-        Layer(
-            f"{PAXML} paxml/tasks/lm/params/lm_cloud.py LmCloudTransformerAdam",
-            {
-                "NUM_LAYERS": 32,
-                "VOCAB_SIZE": 32000,
-                "NUM_HEADS": 16,
-                "MODEL_DIMS": 1024,
-                "HIDDEN_DIMS": 4096,
-                "LEARNING_RATE": 1e-3,
-            },
-        ),
+        LM_CLOUD_TRANSFORMER_ADAM,
     ]
     + TRANSFORMER_LM_PMAP_ADAM
     + SYNTHETIC_DATASET,

@@ -14,7 +14,7 @@ from pax import paths
 from pax.checkpoint.manager import Checkpointer, CheckpointError
 from pax.train import loop, preemption
 from pax.train import state as state_lib
-from tests.helpers import Tiny, derive, read_metrics
+from tests.helpers import Tiny, derive, read_metrics, truncate_files
 
 ROOT = str(paths.ROOT)
 SMALL = [
@@ -129,21 +129,11 @@ def _restore_params(job_dir, name):
     return ocp.StandardCheckpointer().restore(path)["params"]
 
 
-def _damage(checkpoint_dir):
-    """Truncate every data file of a checkpoint to half its size."""
-    for root, _, files in os.walk(checkpoint_dir):
-        for name in files:
-            path = os.path.join(root, name)
-            size = os.path.getsize(path)
-            with open(path, "r+b") as f:
-                f.truncate(size // 2)
-
-
 def test_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_used(tmp_path):
     one = jax.devices()[:1]
     loop.train(loop.prepare(Tiny(), devices=one), str(tmp_path), "tests.Tiny")
     expected = _history(tmp_path)
-    _damage(tmp_path / "checkpoints" / "checkpoint_00000006")
+    truncate_files(tmp_path / "checkpoints" / "checkpoint_00000006")
     # Asking for one more step: the run must fall back to step 3 and redo 4..7.
     loop.train(
         loop.prepare(derive(Tiny, NUM_TRAIN_STEPS=7)(), devices=one), str(tmp_path), "tests.Tiny"

@@ -15,15 +15,10 @@ import pytest
 
 from pax.errors import UsageError
 from pax.train import loop, manifest
-from tests.helpers import OTHER, Tiny, derive, read_metrics
+from tests.helpers import OTHER, Tiny, derive, read_metrics, refusal, train
 from tests.train.test_resume import ROOT, _snapshot
 
 PAX = os.path.join(ROOT, "pax")
-
-
-def _train(job_dir, experiment=Tiny, **flags):
-    run = loop.prepare(experiment(), devices=jax.devices()[:1])
-    return loop.train(run, str(job_dir), "tests.Tiny", **flags)
 
 
 @pytest.fixture
@@ -50,9 +45,7 @@ def test_a_new_run_is_one_segment_from_step_0(tiny_job):
 def test_resuming_under_another_release_is_refused_naming_both(tiny_job_copy, other_release):
     job = tiny_job_copy
     before, ours = _snapshot(job), _manifest(job)
-    with pytest.raises(UsageError) as error:
-        _train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
-    assert str(error.value) == (
+    assert refusal(job, derive(Tiny, NUM_TRAIN_STEPS=7)) == (
         f"{job} was trained up to step 6 on {manifest.name(ours['segments'][0])}; this is "
         f"release {OTHER} cpu (lock {_sha(other_release)[:12]}); nothing was changed. Resume "
         f"it on release {ours['release']} cpu, use a new --job_log_dir, or add "
@@ -64,7 +57,7 @@ def test_resuming_under_another_release_is_refused_naming_both(tiny_job_copy, ot
 def test_allowed_it_trains_on_as_a_second_segment(tiny_job_copy, other_release):
     job = tiny_job_copy
     first = _manifest(job)
-    _train(job, derive(Tiny, NUM_TRAIN_STEPS=7), allow_env_change=True)
+    train(job, derive(Tiny, NUM_TRAIN_STEPS=7), allow_env_change=True)
     m = _manifest(job)
     # The top level still names the environment that started the run: nothing relabelled.
     assert {k: m[k] for k in ("release", "lock_sha256")} == {
@@ -76,14 +69,14 @@ def test_allowed_it_trains_on_as_a_second_segment(tiny_job_copy, other_release):
     assert second["lock_sha256"] == _sha(other_release)
     assert [r["step"] for r in read_metrics(job)][6:] == [7]
     # Resumed again in the same environment: still two segments.
-    _train(job, derive(Tiny, NUM_TRAIN_STEPS=8), allow_env_change=True)
+    train(job, derive(Tiny, NUM_TRAIN_STEPS=8), allow_env_change=True)
     assert len(_manifest(job)["segments"]) == 2
 
 
 def test_a_finished_run_says_nothing_to_do_and_changes_nothing(tiny_job_copy, caplog):
     before = _snapshot(tiny_job_copy)
     with caplog.at_level(logging.INFO):
-        assert _train(tiny_job_copy) == {}
+        assert train(tiny_job_copy) == {}
     [line] = [r.getMessage() for r in caplog.records if r.pathname.startswith(PAX)]
     assert line == (
         f"{tiny_job_copy} is finished (checkpoint at step 6, NUM_TRAIN_STEPS=6): nothing to do; "
@@ -97,8 +90,8 @@ def test_a_finished_run_under_another_release_is_refused_then_has_nothing_to_do(
 ):
     before = _snapshot(tiny_job_copy)
     with pytest.raises(UsageError, match="was trained up to step 6 on release"):
-        _train(tiny_job_copy)
-    assert _train(tiny_job_copy, allow_env_change=True) == {}
+        train(tiny_job_copy)
+    assert train(tiny_job_copy, allow_env_change=True) == {}
     assert _snapshot(tiny_job_copy) == before
 
 

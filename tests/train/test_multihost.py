@@ -16,6 +16,7 @@ import pytest
 
 from pax import paths
 from pax.train import preemption
+from tests.helpers import truncate_files
 
 ROOT = str(paths.ROOT)
 COMMON = ["--exp=LmCloudSpmdTiny"] + [
@@ -74,7 +75,7 @@ def test_two_processes_match_one(tmp_path):
 
     # A damaged newest checkpoint on shared storage: both processes find it unreadable, agree,
     # and process 0 alone moves it aside (and says so); both resume from checkpoint 2.
-    _truncate(two / "checkpoints" / "checkpoint_00000004")
+    truncate_files(two / "checkpoints" / "checkpoint_00000004")
     logs = _two_processes(two, "--set=NUM_TRAIN_STEPS=5")
     assert os.listdir(two / "checkpoints_damaged") == ["checkpoint_00000004"]
     assert "checkpoint_00000004 is damaged" in logs[0]
@@ -125,14 +126,6 @@ def _pair(job_dir, *extra, common=COMMON):
         )
         for i in range(2)
     ]
-
-
-def _truncate(checkpoint_dir):
-    for root, _, files in os.walk(checkpoint_dir):
-        for name in files:
-            path = os.path.join(root, name)
-            with open(path, "r+b") as f:
-                f.truncate(os.path.getsize(path) // 2)
 
 
 STEP_LINE = re.compile(r"step (\d+)/\d+ ")

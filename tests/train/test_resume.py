@@ -23,15 +23,9 @@ from pax import paths
 from pax.checkpoint import manager
 from pax.errors import UsageError
 from pax.train import job_config, loop
-from tests.helpers import OTHER, Tiny, derive, read_metrics
+from tests.helpers import OTHER, Tiny, derive, read_metrics, refusal, train, truncate_files
 
 ROOT = str(paths.ROOT)
-
-
-def _train(job_dir, experiment=Tiny, **flags):
-    return loop.train(
-        loop.prepare(experiment(), devices=jax.devices()[:1]), str(job_dir), "tests.Tiny", **flags
-    )
 
 
 @pytest.fixture
@@ -109,9 +103,8 @@ def test_another_configuration_exits_2_naming_the_field_and_changes_nothing(tmp_
 )  # fmt: skip
 def test_config_json_differences_are_usage_errors(job, change, named, back):
     before = _snapshot(job)
-    with pytest.raises(UsageError) as error:
-        _train(job, derive(Tiny, **change))
-    assert named in str(error.value) and str(error.value).endswith(back)
+    message = refusal(job, derive(Tiny, **change))
+    assert named in message and message.endswith(back)
     assert _snapshot(job) == before
 
 
@@ -139,7 +132,7 @@ def test_the_sets_that_resume_a_run_are_each_named_once_and_quoted():
 
 
 def test_run_length_and_cadence_may_change_on_resume(job):
-    _train(job, derive(Tiny, NUM_TRAIN_STEPS=7, SUMMARY_EVERY_N_STEPS=7, CHECKPOINT_MAX_TO_KEEP=5))
+    train(job, derive(Tiny, NUM_TRAIN_STEPS=7, SUMMARY_EVERY_N_STEPS=7, CHECKPOINT_MAX_TO_KEEP=5))
     assert [m["step"] for m in read_metrics(job)] == [1, 2, 3, 4, 5, 6, 7]
 
 
@@ -152,24 +145,16 @@ def test_another_model_in_the_checkpoint_is_a_usage_error_without_config_json(jo
         r"checkpoint_00000006 was written by another model: params/layers/\S+ is \[2, .*\] "
         r"float32 there, \[3, .*\] float32 in this run \(and \d+ more\); nothing was moved"
     )):  # fmt: skip
-        _train(job, derive(Tiny, NUM_LAYERS=3))
+        train(job, derive(Tiny, NUM_LAYERS=3))
     with pytest.raises(UsageError, match=r"this run has _overwrite_with_gradient/"):
-        _train(job, derive(Tiny, USE_FP8=True))
+        train(job, derive(Tiny, USE_FP8=True))
     assert _snapshot(job) == before
 
 
-def _truncate(checkpoint_dir):
-    for root, _, files in os.walk(checkpoint_dir):
-        for name in files:
-            path = os.path.join(root, name)
-            with open(path, "r+b") as f:
-                f.truncate(os.path.getsize(path) // 2)
-
-
 def test_truncated_checkpoint_is_set_aside_with_its_reason_in_the_log(job, caplog):
-    _truncate(job / "checkpoints" / "checkpoint_00000006")
+    truncate_files(job / "checkpoints" / "checkpoint_00000006")
     with caplog.at_level(logging.WARNING):
-        _train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
+        train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
     assert os.path.isdir(job / "checkpoints_damaged" / "checkpoint_00000006")
     [record] = [r for r in caplog.records if "is damaged" in r.getMessage()]
     assert record.getMessage().startswith("checkpoint checkpoint_00000006 is damaged (")
@@ -179,13 +164,13 @@ def test_truncated_checkpoint_is_set_aside_with_its_reason_in_the_log(job, caplo
 
 def _truncate_arrays(checkpoint_dir):
     """Damage only the array data: the metadata reads, the restore fails part-way through."""
-    _truncate(checkpoint_dir / "state" / "ocdbt.process_0")
+    truncate_files(checkpoint_dir / "state" / "ocdbt.process_0")
 
 
 def test_one_damaged_checkpoint_is_one_warning_line_with_the_whole_reason(job, caplog):
     _truncate_arrays(job / "checkpoints" / "checkpoint_00000006")
     with caplog.at_level(logging.WARNING):
-        _train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
+        train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
     # orbax's own lines about the failed read are held back: the one line says it all.
     [line] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     aside = job / "checkpoints_damaged" / "checkpoint_00000006"
@@ -197,12 +182,10 @@ def test_one_damaged_checkpoint_is_one_warning_line_with_the_whole_reason(job, c
 
 def test_every_checkpoint_damaged_stops_naming_them_until_asked_to_start_over(job, caplog):
     for step in (3, 6):
-        _truncate(job / "checkpoints" / f"checkpoint_{step:08d}")
+        truncate_files(job / "checkpoints" / f"checkpoint_{step:08d}")
     kept = {k: v for k, v in _snapshot(job).items() if not k.startswith("checkpoints")}
     aside = job / "checkpoints_damaged"
-    with pytest.raises(UsageError) as error:
-        _train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
-    assert str(error.value) == (
+    assert refusal(job, derive(Tiny, NUM_TRAIN_STEPS=7)) == (
         f"every checkpoint under {job}/checkpoints is damaged: checkpoint_00000006, "
         f"checkpoint_00000003, moved to {aside}; nothing was trained. Put good copies back under "
         f"{job}/checkpoints, or rerun with --start_over_if_damaged to train from step 0"
@@ -214,9 +197,9 @@ def test_every_checkpoint_damaged_stops_naming_them_until_asked_to_start_over(jo
         rf"^{job}/checkpoints holds no checkpoint: its run's were set aside as damaged "
         rf"\(checkpoint_00000006, checkpoint_00000003 in {aside}\); nothing was trained"
     )):  # fmt: skip
-        _train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
+        train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
     with caplog.at_level(logging.WARNING):
-        _train(job, derive(Tiny, NUM_TRAIN_STEPS=7), start_over_if_damaged=True)
+        train(job, derive(Tiny, NUM_TRAIN_STEPS=7), start_over_if_damaged=True)
     assert [m["step"] for m in read_metrics(job)][6:] == [1, 2, 3, 4, 5, 6, 7]
     assert any("training starts over from step 0" in r.getMessage() for r in caplog.records)
 
@@ -239,7 +222,7 @@ def test_damage_on_the_command_line_is_one_line_each(tmp_path):
     assert len(damaged.stderr.splitlines()) == len(clean.stderr.splitlines()) + 1, damaged.stderr
     # Every checkpoint damaged: one warning line each, then the error, and nothing trained.
     for step in (2, 4):
-        _truncate(tmp_path / "all" / "checkpoints" / f"checkpoint_{step:08d}")
+        truncate_files(tmp_path / "all" / "checkpoints" / f"checkpoint_{step:08d}")
     metrics = (tmp_path / "all" / "metrics.jsonl").read_text()
     stopped = _main(tmp_path / "all", "NUM_TRAIN_STEPS=5")
     assert stopped.returncode == 2
@@ -290,7 +273,7 @@ def _flaky_restore(monkeypatch, failures):
 
 def test_storage_timeouts_are_retried_not_taken_for_damage(job, monkeypatch):
     calls = _flaky_restore(monkeypatch, failures=manager.READ_ATTEMPTS - 1)
-    _train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
+    train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
     assert calls["n"] == manager.READ_ATTEMPTS
     assert not os.path.exists(job / "checkpoints_damaged")
     assert [m["step"] for m in read_metrics(job)][6:] == [7]  # resumed at 6
@@ -303,7 +286,7 @@ def test_storage_that_stays_down_stops_the_run_and_moves_nothing(job, monkeypatc
         r"reading checkpoint_00000006 under .* failed 4 times with storage errors "
         r"\(TimeoutError: .*\); that is not damage, so nothing was moved"
     )):  # fmt: skip
-        _train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
+        train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
     after = _snapshot(job)
     # config.json and manifest.json are rewritten as they were (same content); nothing else moved.
     assert {k: v[0] for k, v in after.items()} == {k: v[0] for k, v in before.items()}
