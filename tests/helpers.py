@@ -139,20 +139,23 @@ class PaxMain:
         self._folder = folder
         self._server = None
 
-    def run(self, *args: str, devices: int = 1, cwd: str = ROOT) -> subprocess.CompletedProcess:
+    def run(
+        self, *args: str, devices: int = 1, cwd: str = ROOT, env: dict | None = None
+    ) -> subprocess.CompletedProcess:
+        """ENV: variables to set besides the ones the command inherits."""
         if self._server is None:
-            env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
+            inherited = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
             self._server = subprocess.Popen(
                 [sys.executable, "-c", _FORK_SERVER],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
-                env=env,
+                env=inherited,
                 cwd=ROOT,
             )
         out, err = self._folder / "stdout", self._folder / "stderr"
-        flags = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
-        request = {"args": args, "env": flags, "cwd": str(cwd), "stdout": str(out)}
+        env = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", **(env or {})}
+        request = {"args": args, "env": env, "cwd": str(cwd), "stdout": str(out)}
         self._server.stdin.write(json.dumps({**request, "stderr": str(err)}) + "\n")
         self._server.stdin.flush()
         status = self._server.stdout.readline()

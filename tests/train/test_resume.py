@@ -12,8 +12,6 @@ import logging
 import os
 import re
 import shutil
-import subprocess
-import sys
 
 import jax
 import orbax.checkpoint as ocp
@@ -46,32 +44,25 @@ def _snapshot(job_dir):
     return out
 
 
-def _main(job_dir, *sets, flags=(), env=None):
+def _main(pax_main, job_dir, *sets, flags=(), env=None):
     args = ["NUM_LAYERS=2", "MODEL_DIMS=64", "HIDDEN_DIMS=128", "SEQ_LEN=32", "NUM_TRAIN_STEPS=4"]
-    return subprocess.run(
-        [sys.executable, "-m", "pax.main", "--exp=LmCloudSpmdTiny", f"--job_log_dir={job_dir}"]
-        + [f"--set={a}" for a in args + list(sets)]
-        + ["--set=CHECKPOINT_EVERY_N_STEPS=2", "--set=EVAL_EVERY_N_STEPS=2", *flags],
-        env={
-            **os.environ,
-            "PYTHONPATH": ROOT,
-            "JAX_PLATFORMS": "cpu",
-            "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-            **(env or {}),
-        },
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    return pax_main.run(
+        "--exp=LmCloudSpmdTiny",
+        f"--job_log_dir={job_dir}",
+        *[f"--set={a}" for a in args + list(sets)],
+        "--set=CHECKPOINT_EVERY_N_STEPS=2",
+        "--set=EVAL_EVERY_N_STEPS=2",
+        *flags,
+        env=env,
     )
 
 
-def test_another_configuration_exits_2_naming_the_field_and_changes_nothing(tmp_path):
+def test_another_configuration_exits_2_naming_the_field_and_changes_nothing(pax_main, tmp_path):
     # A changed config on an old job directory: checkpoints 2 and 4, then the same job directory with NUM_LAYERS=3.
-    first = _main(tmp_path)
+    first = _main(pax_main, tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     before = _snapshot(tmp_path)
-    result = _main(tmp_path, "NUM_LAYERS=3")
+    result = _main(pax_main, tmp_path, "NUM_LAYERS=3")
     assert result.returncode == 2, result.stderr[-3000:]
     # The error is one line, the last (the environment line before it is the run's first log).
     lines = result.stderr.strip().splitlines()
@@ -206,16 +197,16 @@ def test_every_checkpoint_damaged_stops_naming_them_until_asked_to_start_over(jo
 
 # The fast tests above check each claim in-process; these check what a user of pax.main sees.
 @pytest.mark.slow
-def test_damage_on_the_command_line_is_one_line_each(tmp_path):
-    first = _main(tmp_path / "job")
+def test_damage_on_the_command_line_is_one_line_each(pax_main, tmp_path):
+    first = _main(pax_main, tmp_path / "job")
     assert first.returncode == 0, first.stderr[-3000:]
     for name in ("clean", "damaged", "all"):
         shutil.copytree(tmp_path / "job", tmp_path / name)
     # The same resume from step 2, once because checkpoint 4 is gone, once because it is damaged.
     shutil.rmtree(tmp_path / "clean" / "checkpoints" / "checkpoint_00000004")
     _truncate_arrays(tmp_path / "damaged" / "checkpoints" / "checkpoint_00000004")
-    clean = _main(tmp_path / "clean", "NUM_TRAIN_STEPS=5")
-    damaged = _main(tmp_path / "damaged", "NUM_TRAIN_STEPS=5")
+    clean = _main(pax_main, tmp_path / "clean", "NUM_TRAIN_STEPS=5")
+    damaged = _main(pax_main, tmp_path / "damaged", "NUM_TRAIN_STEPS=5")
     assert clean.returncode == damaged.returncode == 0, damaged.stderr[-3000:]
     extra = [line for line in damaged.stderr.splitlines() if "is damaged" in line]
     assert len(extra) == 1 and " moved to " in extra[0]
@@ -224,7 +215,7 @@ def test_damage_on_the_command_line_is_one_line_each(tmp_path):
     for step in (2, 4):
         truncate_files(tmp_path / "all" / "checkpoints" / f"checkpoint_{step:08d}")
     metrics = (tmp_path / "all" / "metrics.jsonl").read_text()
-    stopped = _main(tmp_path / "all", "NUM_TRAIN_STEPS=5")
+    stopped = _main(pax_main, tmp_path / "all", "NUM_TRAIN_STEPS=5")
     assert stopped.returncode == 2
     lines = stopped.stderr.strip().splitlines()
     assert lines[-1].startswith(
@@ -237,19 +228,23 @@ def test_damage_on_the_command_line_is_one_line_each(tmp_path):
 
 
 @pytest.mark.slow
-def test_another_release_on_the_command_line_is_one_line_and_the_flag_adds_a_segment(tmp_path):
-    first = _main(tmp_path)
+def test_another_release_on_the_command_line_is_one_line_and_the_flag_adds_a_segment(
+    pax_main, tmp_path
+):
+    first = _main(pax_main, tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     before = _snapshot(tmp_path)
     ours = json.loads((tmp_path / "manifest.json").read_text())["release"]
     other = {"PAX_RELEASE": OTHER, "PAX_LOCKFILE": os.path.join(ROOT, f"releases/{OTHER}/cpu.txt")}
-    refused = _main(tmp_path, "NUM_TRAIN_STEPS=5", env=other)
+    refused = _main(pax_main, tmp_path, "NUM_TRAIN_STEPS=5", env=other)
     assert refused.returncode == 2
     last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith(f"pax: error: {tmp_path} was trained up to step 4 on release {ours} ")
     assert f"this is release {OTHER} " in last and last.endswith("as a new segment)")
     assert _snapshot(tmp_path) == before
-    allowed = _main(tmp_path, "NUM_TRAIN_STEPS=5", flags=["--allow_env_change"], env=other)
+    allowed = _main(
+        pax_main, tmp_path, "NUM_TRAIN_STEPS=5", flags=["--allow_env_change"], env=other
+    )
     assert allowed.returncode == 0, allowed.stderr[-3000:]
     segments = json.loads((tmp_path / "manifest.json").read_text())["segments"]
     assert [(s["release"], s["from_step"]) for s in segments] == [(ours, 0), (OTHER, 4)]
