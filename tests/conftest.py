@@ -34,6 +34,9 @@ def _accelerator_tier(args) -> bool:
 # the tests that compare the two).
 if not _accelerator_tier(sys.argv):
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    # The tests' models are tiny: LLVM's optimizations of XLA:CPU's code take longer to compile
+    # (a third of a short run) than they save; the results differ by float32 rounding at most.
+    os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
 
 
 def _compilation_cache() -> Path | None:

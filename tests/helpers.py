@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -154,7 +155,10 @@ class PaxMain:
                 cwd=ROOT,
             )
         out, err = self._folder / "stdout", self._folder / "stderr"
-        env = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", **(env or {})}
+        # The session's XLA flags (tests/conftest.py), with the command's own device count.
+        xla = re.sub(r"--xla_force_host_platform_device_count=\d+", "", os.environ["XLA_FLAGS"])
+        xla += f" --xla_force_host_platform_device_count={devices}"
+        env = {"XLA_FLAGS": xla.strip(), **(env or {})}
         request = {"args": args, "env": env, "cwd": str(cwd), "stdout": str(out)}
         self._server.stdin.write(json.dumps({**request, "stderr": str(err)}) + "\n")
         self._server.stdin.flush()
