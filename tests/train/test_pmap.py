@@ -13,10 +13,11 @@ from pax.errors import UsageError
 from pax.train import loop
 from tests.helpers import Tiny, derive, read_metrics
 
-# Both average the same per-device gradients; only the order of the float32 sums differs.
+# Both average the same examples' gradients; only the order of the float32 sums differs.
 LOSS_RTOL = 1e-5
 
-Pmap = derive(Tiny, ICI_MESH_SHAPE=None)
+# One example per device: the global batch of the session's one-device run (conftest's tiny_job).
+Pmap = derive(Tiny, ICI_MESH_SHAPE=None, PERCORE_BATCH_SIZE=1)
 
 
 def _losses(job):
@@ -27,10 +28,8 @@ def _losses(job):
 
 
 @pytest.fixture(scope="module")
-def spmd_losses(tmp_path_factory):
-    job = str(tmp_path_factory.mktemp("spmd"))
-    loop.train(loop.prepare(derive(Tiny, ICI_MESH_SHAPE=(1, 8, 1))()), job, "spmd")
-    return _losses(job)
+def spmd_losses(tiny_job):
+    return _losses(tiny_job)
 
 
 def test_pmap_matches_spmd_and_resumes_from_flax_file_checkpoints(tmp_path, spmd_losses):
