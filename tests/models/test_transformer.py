@@ -290,6 +290,8 @@ def test_cpu_kernels_off_is_the_same_math_and_supports_forward_mode_autodiff():
     np.testing.assert_allclose(value, off[0], rtol=1e-6)
     expected = sum(float(jnp.sum(g)) for g in jax.tree.leaves(off[1]))
     np.testing.assert_allclose(derivative, expected, rtol=1e-4)
-    jax.linearize(off_loss, params)
+    # Traced under jit (as a step would be), not op by op.
+    linearized = jax.jit(lambda p, t: jax.linearize(off_loss, p)[1](t))(params, tangent)
+    np.testing.assert_allclose(linearized, derivative, rtol=1e-5)
     with pytest.raises(TypeError, match="custom_vjp"):
-        jax.jvp(on_loss, (params,), (tangent,))
+        jax.jit(lambda p, t: jax.jvp(on_loss, (p,), (t,)))(params, tangent)
