@@ -1,8 +1,6 @@
 """The tiny C4 experiment end to end on generated shards: trains, resumes exactly, bad input."""
 
 import os
-import subprocess
-import sys
 import types
 
 import jax
@@ -11,7 +9,6 @@ import pytest
 
 pytest.importorskip("grain")  # release 1.5.0 on
 
-from pax import paths  # noqa: E402
 from pax.checkpoint import manager  # noqa: E402
 from pax.checkpoint.manager import Checkpointer  # noqa: E402
 from pax.data import c4  # noqa: E402
@@ -104,23 +101,10 @@ def test_input_position_of_other_processes_is_a_usage_error(shards, tmp_path, mo
     assert os.path.isdir(tmp_path / "checkpoints" / "checkpoint_00000001")  # not set aside
 
 
-def test_missing_data_dir_is_a_usage_error(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != c4.DATA_DIR_ENV}
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"  # the experiment's mesh
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pax.main",
-            "--exp=C4SpmdTinyAdam1Replica",
-            f"--job_log_dir={tmp_path}/job",
-            "--data_dir=/nonexistent/c4",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=paths.ROOT,
-    )
+def test_missing_data_dir_is_a_usage_error(pax_main, tmp_path):
+    # --data_dir wins over $C4_DATA_DIR; one device, the experiment's mesh.
+    args = ["--exp=C4SpmdTinyAdam1Replica", f"--job_log_dir={tmp_path}/job"]
+    proc = pax_main.run(*args, "--data_dir=/nonexistent/c4")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "pax: error: C4 data directory /nonexistent/c4 does not exist; point --data_dir (or "

@@ -177,24 +177,9 @@ def test_preemption_stops_every_process_at_one_step(tmp_path, signal_at):
         assert f"resumed from {tmp_path}/checkpoints/checkpoint_{saved:08d}" in resumed[0]
 
 
-def test_bad_host_index_is_a_usage_error(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pax.main",
-            *COMMON,
-            f"--job_log_dir={tmp_path}/j",
-            "--server_addr=127.0.0.1:1",
-            "--num_hosts=2",
-            "--host_idx=2",
-        ],
-        env=_env(4),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def test_bad_host_index_is_a_usage_error(pax_main, tmp_path):
+    args = ["--server_addr=127.0.0.1:1", "--num_hosts=2", "--host_idx=2"]
+    result = pax_main.run(*COMMON, f"--job_log_dir={tmp_path}/j", *args, devices=4)
     assert result.returncode == 2
     assert "--host_idx=2 is outside 0..1" in result.stderr
 
