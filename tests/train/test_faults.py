@@ -129,20 +129,21 @@ def _restore_params(job_dir, name):
     return ocp.StandardCheckpointer().restore(path)["params"]
 
 
-def test_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_used(tmp_path):
-    one = jax.devices()[:1]
-    loop.train(loop.prepare(Tiny(), devices=one), str(tmp_path), "tests.Tiny")
-    expected = _history(tmp_path)
-    truncate_files(tmp_path / "checkpoints" / "checkpoint_00000006")
+def test_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_used(tiny_job_copy):
+    job = tiny_job_copy
+    expected = _history(job)
+    truncate_files(job / "checkpoints" / "checkpoint_00000006")
     # Asking for one more step: the run must fall back to step 3 and redo 4..7.
     loop.train(
-        loop.prepare(derive(Tiny, NUM_TRAIN_STEPS=7)(), devices=one), str(tmp_path), "tests.Tiny"
+        loop.prepare(derive(Tiny, NUM_TRAIN_STEPS=7)(), devices=jax.devices()[:1]),
+        str(job),
+        "tests.Tiny",
     )
-    assert os.path.isdir(tmp_path / "checkpoints_damaged" / "checkpoint_00000006")
-    rows = read_metrics(tmp_path)
+    assert os.path.isdir(job / "checkpoints_damaged" / "checkpoint_00000006")
+    rows = read_metrics(job)
     assert [m["step"] for m in rows] == [1, 2, 3, 4, 5, 6, 4, 5, 6, 7]
     np.testing.assert_array_equal([m["loss"] for m in rows[6:9]], [expected[s] for s in (4, 5, 6)])
-    assert _checkpoints(tmp_path) == [
+    assert _checkpoints(job) == [
         "checkpoint_00000003",
         "checkpoint_00000006",
         "checkpoint_00000007",
