@@ -115,7 +115,7 @@ def read_scalars(event_file) -> dict:
 # its own (flags, devices, stdout, stderr, exit status) without importing jax, flax and orbax
 # again, which is most of a short command's seconds.
 _FORK_SERVER = r"""
-import json, os, sys
+import json, os, signal, sys
 import pax.main
 
 for line in sys.stdin:
@@ -127,6 +127,7 @@ for line in sys.stdin:
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
             os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
         sys.argv = ["pax.main", *request["args"]]
+        signal.alarm(request["timeout"])  # a command that hangs ends as SIGALRM ends it
         pax.main.run()  # its SystemExit ends the child as it ends `python -m pax.main`
     print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
 """
@@ -141,9 +142,10 @@ class PaxMain:
         self._server = None
 
     def run(
-        self, *args: str, devices: int = 1, cwd: str = ROOT, env: dict | None = None
+        self, *args: str, devices: int = 1, cwd: str = ROOT, env: dict | None = None, timeout=300
     ) -> subprocess.CompletedProcess:
-        """ENV: variables to set besides the ones the command inherits."""
+        """ENV: variables to set besides the ones the command inherits; after TIMEOUT seconds
+        the command is stopped (its returncode then -14, SIGALRM)."""
         if self._server is None:
             inherited = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
             self._server = subprocess.Popen(
@@ -159,7 +161,8 @@ class PaxMain:
         xla = re.sub(r"--xla_force_host_platform_device_count=\d+", "", os.environ["XLA_FLAGS"])
         xla += f" --xla_force_host_platform_device_count={devices}"
         env = {"XLA_FLAGS": xla.strip(), **(env or {})}
-        request = {"args": args, "env": env, "cwd": str(cwd), "stdout": str(out)}
+        request = {"args": args, "env": env, "cwd": str(cwd), "timeout": timeout}
+        request["stdout"] = str(out)
         self._server.stdin.write(json.dumps({**request, "stderr": str(err)}) + "\n")
         self._server.stdin.flush()
         status = self._server.stdout.readline()
