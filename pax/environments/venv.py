@@ -182,5 +182,7 @@ def _ensure(release: Release, platform: str, root: Path | None, log) -> Env:
         raise EnvMismatch(f"cannot build {path} from {lock}: {why}") from None
     verify(env, log)
     write_identity(env)
-    log(f"env {path.name}: built in {time.monotonic() - started:.1f}s ({installer or 'nothing to install'})")
+    log(
+        f"env {path.name}: built in {time.monotonic() - started:.1f}s ({installer or 'nothing to install'})"
+    )
     return env
