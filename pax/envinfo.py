@@ -32,12 +32,14 @@ from pathlib import Path
 from pax import paths
 from pax.errors import PaxError
 from pax.lockfile import (
+    Lock,
     LockfileError,
     difference_text,
     differences,
     installed,
     lock_versions,
     sha256_file,
+    version_key,
 )
 
 IDENTITY_FILE = "pax-env.json"
@@ -111,21 +113,6 @@ def read_identity(prefix: str | Path | None = None) -> Identity | None:
     return Identity.from_json(text, str(path))
 
 
-@dataclasses.dataclass(frozen=True)
-class Lock:
-    """One release lock: what a (release, platform) environment holds."""
-
-    release: str
-    platform: str
-    path: str
-    sha256: str
-    versions: dict[str, str]
-
-
-def _version_key(name: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in name.split("."))
-
-
 @functools.cache
 def _catalog(directory: str) -> tuple[Lock, ...]:
     locks = []
@@ -135,13 +122,10 @@ def _catalog(directory: str) -> tuple[Lock, ...]:
         for platform in PLATFORM_ORDER:
             path = release / f"{platform}.txt"
             if path.is_file():
-                data = path.read_bytes()
                 try:
-                    pinned = lock_versions(data.decode(), str(path))
+                    locks.append(Lock.read(path, release=release.name, platform=platform))
                 except LockfileError:
                     continue  # a lock nobody can install from names no environment
-                sha = hashlib.sha256(data).hexdigest()
-                locks.append(Lock(release.name, platform, str(path), sha, pinned))
     return tuple(locks)
 
 
@@ -158,11 +142,11 @@ def nearest(have: dict[str, str], locks, prefer_platform: str | None = None):
     ranked = []
     for lock in locks:
         rows = differences(have, lock.versions)
-        newest_first = [-n for n in _version_key(lock.release)]
-        ranked.append(((len(rows), lock.platform != prefer_platform, newest_first), lock, rows))
+        ranked.append(((len(rows), lock.platform != prefer_platform), lock, rows))
     if not ranked:
         return None
-    ranked.sort(key=lambda item: item[0])
+    ranked.sort(key=lambda item: version_key(item[1].release), reverse=True)  # newest first
+    ranked.sort(key=lambda item: item[0])  # stable: the newest of equals stays first
     _, lock, rows = ranked[0]
     tied = [other for key, other, _ in ranked[1:] if key[0] == len(rows)]
     return lock, rows, tied
@@ -264,7 +248,7 @@ def _drift(have: dict[str, str], locked: dict[str, str] | None, named: dict, loc
         "release": found[0].release,
         "platform": found[0].platform,
         "lock_sha256": found[0].sha256,
-        "lockfile": found[0].path,
+        "lockfile": found[0].label,
         "differences": len(found[1]),
         "tied": [f"{lock.release} {lock.platform}" for lock in found[2]],
     }

@@ -1,7 +1,9 @@
 """Packages as locks, wheels and environments name them: the one home of
 
 - PEP 503 names (`canonicalize`),
-- pip-compile lockfiles with hashes (`parse_lockfile`: canonical name -> version + hashes),
+- PEP 440 version order (`version_key`),
+- pip-compile lockfiles with hashes (`parse_lockfile`: canonical name -> `Pin`, a version and its
+  hashes; `Lock`: one lockfile's pins with the name people know it by),
 - wheel filenames (`parse_wheel_filename`),
 - what an environment has installed, and how that differs from a lock (`installed`,
   `installed_in`, `differences`, each difference's one line of text `difference_text`), and
@@ -11,7 +13,7 @@ Standard library only (and pax.errors, where pax is importable), so the trainer 
 the distribution packages in the tools venv and an image's runtime venv all read packages the
 same way; `python -I lockfile.py` lists what any interpreter's environment holds, whether or not
 pax is there. The tests compare this module with packaging (canonicalize_name,
-parse_wheel_filename) on messy inputs.
+parse_wheel_filename, Version) on messy inputs.
 """
 
 from __future__ import annotations
@@ -50,6 +52,87 @@ class Pin:
     name: str  # canonical (PEP 503) name
     version: str
     hashes: tuple[str, ...] = ()
+
+    @property
+    def sha256s(self) -> set[str]:
+        """The sha256 hex digests the pin accepts, lower case as sha256_file writes them."""
+        return {h.split(":", 1)[1].lower() for h in self.hashes if h.lower().startswith("sha256:")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Lock:
+    """One lockfile: its text and pins, LABEL naming it for people (a path, `1.4.0
+    (releases/1.4.0/cpu.txt)`); RELEASE and PLATFORM where it is a release's lock."""
+
+    label: str
+    text: str
+    pins: dict[str, Pin]
+    release: str | None = None
+    platform: str | None = None
+
+    @classmethod
+    def parse(cls, text: str, label: str, source: str | None = None, **release) -> Lock:
+        """The lock of TEXT; LockfileError names SOURCE (default: LABEL) and the line."""
+        return cls(label, text, parse_lockfile_text(text, source or label), **release)
+
+    @classmethod
+    def read(cls, path: str | Path, label: str | None = None, **release) -> Lock:
+        return cls.parse(Path(path).read_text(), label or str(path), str(path), **release)
+
+    @property
+    def versions(self) -> dict[str, str]:
+        return versions(self.pins)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+class VersionKey(NamedTuple):
+    """A version's place in PEP 440 order (packaging.version's, from the standard library): one
+    PEP 440 rejects sorts before every valid one, by its text."""
+
+    valid: bool
+    epoch: int
+    release: tuple[int, ...]  # trailing zeros dropped: 1.0 == 1.0.0
+    pre: tuple  # (0,) a dev release of no pre or post release; (1, a|b|rc, n); (2,) none
+    post: tuple  # (0,) none; (1, n)
+    dev: tuple  # (0, n); (1,) none
+    local: tuple  # (0,) none; (1, segments), a number above any word
+    text: str  # what PEP 440 rejects, as written
+
+
+_VERSION_RE = re.compile(
+    r"""^\s*v?(?:(?P<epoch>[0-9]+)!)?(?P<release>[0-9]+(?:\.[0-9]+)*)
+    (?P<pre>[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>[0-9]+)?)?
+    (?P<post>-(?P<post_n1>[0-9]+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>[0-9]+)?)?
+    (?P<dev>[-_.]?dev[-_.]?(?P<dev_n>[0-9]+)?)?
+    (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?\s*$""",
+    re.VERBOSE | re.IGNORECASE,
+)
+_PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+
+
+def version_key(version: str) -> VersionKey:
+    """The sort key of a version in PEP 440 order: `sorted(vs, key=version_key)`, and two
+    versions are the same release when their keys are equal (`1.0` and `1.0.0`)."""
+    m = _VERSION_RE.match(version)
+    if not m:
+        return VersionKey(False, 0, (), (), (), (), (), version)
+    release = [int(n) for n in m["release"].split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    if m["pre"]:
+        pre = (1, _PRE_RANK[m["pre_l"].lower()], int(m["pre_n"] or 0))
+    else:
+        pre = (0,) if m["dev"] and not m["post"] else (2,)
+    post = (1, int(m["post_n1"] or m["post_n2"] or 0)) if m["post"] else (0,)
+    dev = (0, int(m["dev_n"] or 0)) if m["dev"] else (1,)
+    local = (0,)
+    if m["local"]:
+        parts = re.split(r"[-_.]", m["local"].lower())
+        local = (1, tuple((1, int(p), "") if p.isdigit() else (0, 0, p) for p in parts))
+    return VersionKey(True, int(m["epoch"] or 0), tuple(release), pre, post, dev, local, "")
 
 
 def canonicalize(name: str) -> str:

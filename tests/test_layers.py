@@ -9,7 +9,10 @@
   pax.aot (compiles experiments for a topology, writes README's table), which import both
   sides, so neither side imports them;
 - no two packages of pax import each other, directly or around a circle;
-- inside a package, no two modules import each other.
+- inside a package, no two modules import each other;
+- the lock model (pax.lockfile: pins, locks, version order) imports the standard library alone
+  (pax.errors where pax is importable), so pax.envinfo, which the trainer and a bare image read,
+  keeps to the standard library and the base modules while sharing it with the distribution.
 Read from the source (ast), so a lazy import inside a function counts too.
 """
 
@@ -163,6 +166,25 @@ def test_lazy_and_relative_imports_are_read_and_chains_followed_to_the_end(monke
     monkeypatch.setattr(sys.modules[__name__], "MODULES", graph)
     assert _ml_chain("pax.images.build") == "pax.images.build -> pax.envinfo -> numpy"
     assert _ml_chain("pax.images") is None
+
+
+def _outside_stdlib(module: str) -> set[str]:
+    return {n for n in MODULES[module] if n.split(".")[0] not in sys.stdlib_module_names}
+
+
+def test_the_lock_model_imports_the_standard_library_alone():
+    assert _outside_stdlib("pax.lockfile") <= {"pax.errors", "pax.errors.PaxError"}
+
+
+def test_envinfo_keeps_to_the_standard_library_and_the_lock_model():
+    outside = _outside_stdlib("pax.envinfo")
+    assert all(n.split(".")[0] == "pax" for n in outside), outside
+    assert {m for n in outside for m in _executed(n)} <= {
+        "pax",
+        "pax.errors",
+        "pax.paths",
+        "pax.lockfile",
+    }
 
 
 def test_no_import_cycles_between_packages():

@@ -244,3 +244,63 @@ def test_image_check_names_every_difference(tmp_path):
     assert "pax-verify: ERROR zope-interface: lock pins 7.0, installed 7.1" in out.stdout
     assert "pax-verify: ERROR six==1.0 is installed but not in the lock" in out.stdout
     assert "ml-dtypes==0.5.1 is in the lock but not installed" in out.stdout
+
+
+MESSY_VERSIONS = [
+    "0",
+    "0.0",
+    "0.9",
+    "0.10",
+    "1.0",
+    "1.0.0",
+    "1.0a",
+    "1.0a1",
+    "1.0.alpha.2",
+    "1.0b1",
+    "1.0c1",
+    "1.0rc1",
+    "1.0RC2",
+    "1.0.dev1",
+    "1.0a1.dev1",
+    "1.0.post1",
+    "1.0-1",
+    "1.0.post1.dev3",
+    "1.0rev2",
+    "1.0+local.7",
+    "1.0+local.abc",
+    "1.0+7",
+    "v1.0",
+    "1!0.1",
+    "2026.4.0",
+    "2026.10.0",
+    "0.10.2",
+]
+
+
+def test_version_order_agrees_with_packaging():
+    ours = sorted(MESSY_VERSIONS, key=lockfile.version_key)
+    assert [Version(v) for v in ours] == sorted(Version(v) for v in MESSY_VERSIONS)
+    for a in MESSY_VERSIONS:
+        for b in MESSY_VERSIONS:
+            key_a, key_b = lockfile.version_key(a), lockfile.version_key(b)
+            assert (key_a == key_b) == (Version(a) == Version(b)), (a, b)
+            assert (key_a < key_b) == (Version(a) < Version(b)), (a, b)
+
+
+def test_versions_pep_440_rejects_sort_first_by_text():
+    keys = sorted(["1.0", "nightly-b", "0.1", "nightly-a"], key=lockfile.version_key)
+    assert keys == ["nightly-a", "nightly-b", "0.1", "1.0"]
+    assert lockfile.version_key("1.0.0").release == (1,)
+
+
+def test_a_lock_is_its_text_and_pins(tmp_path):
+    path = tmp_path / "cpu.txt"
+    path.write_text(MESSY_LOCK)
+    lock = lockfile.Lock.read(path, release="1.0.0", platform="cpu")
+    assert lock.label == str(path) and (lock.release, lock.platform) == ("1.0.0", "cpu")
+    assert lock.pins == lockfile.parse_lockfile(path)
+    assert lock.versions["zope-interface"] == "7.0"
+    assert lock.pins["zope-interface"].sha256s == {"00aa", "11bb"}
+    assert lock.sha256 == lockfile.sha256_file(path)
+    with pytest.raises(lockfile.LockfileError, match="^where.txt:1:"):
+        lockfile.Lock.parse("numpy>=2\n", "a label", "where.txt")

@@ -49,6 +49,7 @@ from pax.bisect.steps import InputError, Trials
 from pax.environments import index
 from pax.environments.wheelcache import EnvBuilder, WheelCache
 from pax.errors import UsageError, report
+from pax.lockfile import Lock
 from pax.pip import user_cache_dir
 from pax.releases import catalog as dist_release
 from pax.releases import diff as dist_diff
@@ -206,7 +207,7 @@ def default_out() -> Path:
     return out
 
 
-def _load(flag: str, spec: str, platform: str) -> dist_diff.Lock:
+def _load(flag: str, spec: str, platform: str) -> Lock:
     try:
         return dist_diff.load(spec, platform)
     except dist_diff.LockSpecError as err:

@@ -29,15 +29,13 @@ the real culprit, so it keeps failing.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import re
 from collections.abc import Callable, Hashable, Sequence
 
 from pax.bisect.rule import BAD, GOOD, SKIP
 from pax.environments import index
-from pax.lockfile import Pin
-from pax.releases import diff as dist_diff
+from pax.lockfile import Pin, version_key
 
 ROUNDS = 3  # searches resumed after a first-bad verdict was overturned, before giving up
 
@@ -298,18 +296,16 @@ _PRE_RELEASE_RE = re.compile(r"\d[._-]?(a|b|c|rc|alpha|beta|pre|preview|dev)", r
 def releases_between(old: str, new: str, listed) -> list[str]:
     """The versions in `listed` strictly between old and new, ordered from old to new;
     pre-releases only when an endpoint is one."""
-    direction = dist_diff.compare_versions(old, new)  # -1: an upgrade
+    lo, hi = sorted((version_key(old), version_key(new)))
     pre_ok = any(_PRE_RELEASE_RE.search(v) for v in (old, new))
     return sorted(
         (
             v
             for v in listed
-            if dist_diff.compare_versions(old, v) == direction
-            and dist_diff.compare_versions(v, new) == direction
-            and (pre_ok or not _PRE_RELEASE_RE.search(v))
+            if lo < version_key(v) < hi and (pre_ok or not _PRE_RELEASE_RE.search(v))
         ),
-        key=functools.cmp_to_key(dist_diff.compare_versions),
-        reverse=direction > 0,
+        key=version_key,
+        reverse=version_key(old) > version_key(new),
     )
 
 

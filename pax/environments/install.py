@@ -25,11 +25,6 @@ def requirement_line(pin: Pin) -> str:
     return " ".join([f"{pin.name}=={pin.version}", *(f"--hash={h}" for h in pin.hashes)])
 
 
-def sha256s(pin: Pin) -> set[str]:
-    """The sha256 hex digests a pin accepts, lower case as sha256_file writes them."""
-    return {h.split(":", 1)[1].lower() for h in pin.hashes if h.lower().startswith("sha256:")}
-
-
 @contextlib.contextmanager
 def requirements_file(pins: list[Pin], hashed: bool = True):
     """A temporary requirements file of `pins` (`name==version` alone unless `hashed`)."""

@@ -35,11 +35,9 @@ from pax.environments.install import (
     install_from_folder,
     pip_check,
     requirements_file,
-    sha256s,
 )
-from pax.lockfile import Pin
+from pax.lockfile import Pin, version_key
 from pax.pip import make_venv
-from pax.releases.diff import compare_versions
 
 _REQ_NAME_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
@@ -105,7 +103,9 @@ def _key(pin: Pin) -> str:
 def _same_version(path: Path, pin: Pin) -> bool:
     found = lockfile.parse_wheel_filename(path.name)
     return (
-        bool(found) and found.name == pin.name and compare_versions(found.version, pin.version) == 0
+        bool(found)
+        and found.name == pin.name
+        and version_key(found.version) == version_key(pin.version)
     )
 
 
@@ -159,7 +159,7 @@ class WheelCache:
         for pin in pins:
             if pin in self._files:
                 continue
-            want = sha256s(pin)
+            want = pin.sha256s
             for path in by_name.get(pin.name, []):
                 if (self._sha256(path) in want) if want else _same_version(path, pin):
                     self._files[pin] = path
@@ -244,11 +244,11 @@ class WheelCache:
                 # GOOD and BAD may pin one version with other hashes (a rebuild): each pin
                 # takes the file or not on its own hashes
                 takers = [p for p in pins if _same_version(path, p)]
-                wrong = [p for p in takers if sha256s(p) and actual not in sha256s(p)]
+                wrong = [p for p in takers if p.sha256s and actual not in p.sha256s]
                 if len(wrong) < len(takers):
                     os.replace(path, self.dir / path.name)
                 for pin in wrong:
-                    expected = tuple(f"sha256:{h}" for h in sorted(sha256s(pin)))
+                    expected = tuple(f"sha256:{h}" for h in sorted(pin.sha256s))
                     problems[pin] = Problem(
                         "hash mismatch",
                         _key(pin),

@@ -30,13 +30,11 @@ HASH_MISMATCH_MARKERS = ("DO NOT MATCH THE HASHES", "THESE PACKAGES DO NOT MATCH
 sha256_file = lockfile.sha256_file
 
 
-def parse_lock(path: Path) -> dict[str, tuple[str, set[str]]]:
-    """{canonical name: (version, {sha256 hex})} of a pip-compile --generate-hashes lockfile."""
+def _pins(path: Path) -> dict[str, lockfile.Pin]:
     try:
-        pins = lockfile.parse_lockfile(path)
+        return lockfile.Lock.read(path).pins
     except lockfile.LockfileError as e:
         raise ImageError(str(e)) from None
-    return {name: (pin.version, install.sha256s(pin)) for name, pin in pins.items()}
 
 
 def wheelhouse_dir(release: str, platform: str) -> Path:
@@ -46,7 +44,7 @@ def wheelhouse_dir(release: str, platform: str) -> Path:
 
 def check_wheelhouse(lock: Path, wheelhouse: Path) -> None:
     """Every lock entry has exactly one wheel here whose sha256 the lock lists, and nothing else."""
-    entries = parse_lock(lock)
+    entries = _pins(lock)
     wheels = sorted(wheelhouse.glob("*.whl")) if wheelhouse.is_dir() else []
     by_name: dict[str, list[Path]] = {}
     for w in wheels:
@@ -65,7 +63,7 @@ def check_wheelhouse(lock: Path, wheelhouse: Path) -> None:
             f"delete the directory and rerun the wheelhouse step"
         )
     for name, files in by_name.items():
-        _, digests = entries[name]
+        digests = entries[name].sha256s
         if len(files) != 1:
             raise ImageError(
                 f"wheelhouse {wheelhouse} holds {len(files)} wheels for {name}; "

@@ -9,7 +9,7 @@ A lock may be named four ways (`load`):
 
   python -m pax.releases.diff A B [--platform cpu] [--json]      (nox: ./noxw -s diff -- A B)
 
-Standard library only (`packaging` is used for version order when it is importable).
+Locks, pins and version order are pax.lockfile's.
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ import os
 import sys
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
 from pax import git, lockfile, paths
 from pax.errors import UsageError, report
-from pax.lockfile import Pin
+from pax.lockfile import Lock, Pin, version_key
 from pax.releases import catalog as dist_release
 
 KINDS = ("upgraded", "downgraded", "added", "removed", "rebuilt")
@@ -33,13 +31,6 @@ KINDS = ("upgraded", "downgraded", "added", "removed", "rebuilt")
 
 class LockSpecError(UsageError, ValueError):
     """A lock name that is neither a release, a file nor `GITREV:path`."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Lock:
-    label: str  # how the user named it, resolved: `1.4.0 (releases/1.4.0/cpu.txt)`
-    pins: dict[str, Pin]
-    text: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,10 +53,10 @@ class Change:
             return "added"
         if self.new is None:
             return "removed"
-        order = compare_versions(self.old.version, self.new.version)
-        if order < 0:
+        old, new = version_key(self.old.version), version_key(self.new.version)
+        if old < new:
             return "upgraded"
-        if order > 0:
+        if old > new:
             return "downgraded"
         return "rebuilt"  # same version, other artifacts (hashes)
 
@@ -74,7 +65,7 @@ class Change:
         """A jump across a major version (for 0.x, across a minor: semver's 0.y is major)."""
         if self.old is None or self.new is None:
             return False
-        a, b = release_tuple(self.old.version), release_tuple(self.new.version)
+        a, b = version_key(self.old.version).release, version_key(self.new.version).release
         if not a or not b:
             return False
         if a[0] != b[0]:
@@ -97,29 +88,6 @@ class Change:
             "new": self.new_version,
             "major": self.major,
         }
-
-
-# Versions -------------------------------------------------------------------------------------
-
-
-def _version(text: str) -> Version | None:
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return None
-
-
-def release_tuple(version: str) -> tuple[int, ...]:
-    parsed = _version(version)
-    return parsed.release if parsed else ()
-
-
-def compare_versions(a: str, b: str) -> int:
-    """-1, 0 or 1 as a <, ==, > b in PEP 440 order (text order for what PEP 440 rejects)."""
-    va, vb = _version(a), _version(b)
-    if va is None or vb is None:
-        return (a > b) - (a < b)
-    return (va > vb) - (va < vb)
 
 
 # Loading ------------------------------------------------------------------------------------------
@@ -156,26 +124,23 @@ def load(spec: str, platform: str = "cpu", root: Path | None = None) -> Lock:
         path = root / spec
     try:
         if path.is_file():
-            text = _read_lock(path, spec)
-            return Lock(spec, lockfile.parse_lockfile_text(text, spec), text)
+            return Lock.parse(_read_lock(path, spec), spec)
         if path.is_dir() and (path / f"{platform}.txt").is_file():  # a release directory
             text = (path / f"{platform}.txt").read_text()
-            return Lock(f"{spec} ({platform})", lockfile.parse_lockfile_text(text, spec), text)
+            return Lock.parse(text, f"{spec} ({platform})", spec)
         if ":" in spec and not dist_release.looks_like_release(spec):
             rev, _, inner = spec.partition(":")
             if not rev or not inner:
                 raise LockSpecError(f"{spec!r}: write GITREV:path/to/lock.txt")
-            text = _git_show(rev, inner, root)
-            return Lock(spec, lockfile.parse_lockfile_text(text, spec), text)
+            return Lock.parse(_git_show(rev, inner, root), spec)
         if dist_release.looks_like_release(spec):
             rel = dist_release.resolve(spec, root)
             lock_path = rel.lockfile(platform)
             if not lock_path.is_file():
                 raise LockSpecError(f"release {rel.version} has no {platform} lock ({lock_path})")
-            text = lock_path.read_text()
             shown = lock_path.relative_to(root) if lock_path.is_relative_to(root) else lock_path
-            return Lock(
-                f"{rel.version} ({shown})", lockfile.parse_lockfile_text(text, str(lock_path)), text
+            return Lock.read(
+                lock_path, f"{rel.version} ({shown})", release=rel.version, platform=platform
             )
     except dist_release.UnknownRelease as err:
         raise LockSpecError(str(err)) from err

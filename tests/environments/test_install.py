@@ -17,7 +17,7 @@ def test_a_pin_as_pip_reads_it_and_the_sha256s_it_accepts():
     assert install.requirement_line(pin) == (
         "zope-interface==7.0 --hash=sha256:00aa --hash=sha256:11BB --hash=md5:ffff"
     )
-    assert install.sha256s(pin) == {"00aa", "11bb"}  # as sha256_file spells a file's
+    assert pin.sha256s == {"00aa", "11bb"}  # as sha256_file spells a file's
     assert install.requirement_line(Pin("six", "1.0")) == "six==1.0"
 
 

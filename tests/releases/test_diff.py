@@ -44,8 +44,9 @@ LOCK_A, LOCK_B = _lock(0), _lock(1)
         ("2026.4.0", "2026.10.0", -1),
     ],
 )
-def test_compare_versions(a, b, order):
-    assert diff.compare_versions(a, b) == order
+def test_versions_in_pep_440_order(a, b, order):
+    key_a, key_b = diff.version_key(a), diff.version_key(b)
+    assert (key_a > key_b) - (key_a < key_b) == order
 
 
 def test_diff_kinds_and_majors():

@@ -24,7 +24,7 @@ TEST_TOOLS = ("pytest", "pytest-xdist", "nbclient", "ipykernel", "jupyter-client
 def test_releases_are_found_oldest_first():
     versions = [r.version for r in RELEASES]
     assert len(versions) >= 2
-    assert versions == sorted(versions, key=release.version_key)
+    assert versions == sorted(versions, key=lockfile.version_key)
     assert release.newest().version == versions[-1]
     assert release.resolve(None).version == versions[-1]
 
@@ -112,7 +112,7 @@ def test_product_locks_hold_the_trainer_and_the_test_lock_the_tools(rel):
     test lock agrees with the cpu lock; before it, the cpu lock held them (the frozen layout)."""
     first = next((r for r, _ in TEST_LOCKS), None)
     cpu = lockfile.versions(lockfile.parse_lockfile(rel.lockfile("cpu")))
-    if first is None or release.version_key(rel.version) < release.version_key(first.version):
+    if first is None or lockfile.version_key(rel.version) < lockfile.version_key(first.version):
         assert rel.test_lock is None
         assert "pytest" in cpu, "the older layout's cpu lock holds the test tools"
         return
@@ -170,7 +170,7 @@ def test_releases_from_1_7_0_on_carry_their_number_as_the_package_version():
     """The cut sets pyproject.toml's version to the release's (earlier sources said 1.4.0)."""
     for rel in RELEASES:
         rev = source.recorded(rel)
-        if release.version_key(rel.version) < release.version_key("1.7.0") or not (
+        if lockfile.version_key(rel.version) < lockfile.version_key("1.7.0") or not (
             rev and source.has_commit(rev)
         ):
             continue
