@@ -7,11 +7,9 @@ import re
 import tomllib
 from pathlib import Path
 
-from packaging.version import Version
-
 from pax import lockfile, paths
 from pax.errors import PaxError, UsageError
-from pax.lockfile import sha256_file
+from pax.lockfile import sha256_file, version_key
 
 # The one declaration of the Python the releases are locked for and the images run. What cannot
 # import it (./noxw, the Dockerfiles, pyproject.toml) is checked against it by tests/test_declared_once.py.
@@ -77,6 +75,10 @@ class Release:
             raise UnknownPlatform(platform)
         return self.dir / f"{platform}.txt"
 
+    def lock(self, platform: str) -> lockfile.Lock:
+        """The release's lock for PLATFORM, parsed (LockfileError on a line that is no pin)."""
+        return lockfile.Lock.read(self.lockfile(platform), release=self.version, platform=platform)
+
     @property
     def test_lock(self) -> Path | None:
         """The test tools' lock, or None where the cpu lock carries them (the older layout)."""
@@ -94,9 +96,8 @@ class Release:
         the cpu lock's version: the test tools sit beside the cpu env and import its packages."""
         if self.test_lock is None:
             return
-        product = lockfile.versions(lockfile.parse_lockfile(self.lockfile("cpu")))
-        tools = lockfile.versions(lockfile.parse_lockfile(self.test_lock))
-        differ = lockfile.disagreements(product, tools)
+        product, tools = self.lock("cpu"), lockfile.Lock.read(self.test_lock)
+        differ = lockfile.disagreements(product.versions, tools.versions)
         if differ:
             listed = ", ".join(f"{n} {t} (cpu.txt {c})" for n, (c, t) in differ.items())
             raise TestLockMismatch(
@@ -107,10 +108,6 @@ class Release:
     @property
     def constraints_file(self) -> Path:
         return self.dir / "constraints.txt"
-
-
-def version_key(version: str) -> Version:
-    return Version(version)
 
 
 def load(directory: Path) -> Release:
