@@ -3,8 +3,9 @@
 --dev, of this checkout, tagged pax:<release>-<platform>-dev.<sha>), the env's identity file, the
 image's SBOM and its provenance statement; the tag is set only when the whole build succeeded.
 The recipe (Dockerfile, in-image check) is this checkout's, named in the image by its content's
-sha256, and everything is dated by the source commit, so the same release and recipe on the same
-base give the same image ID whenever they are built.
+sha256, except for a frozen release (cut from 1.8.0 on), whose own tree lays out its context
+(pax.images.frozen); everything is dated by the source commit, so the same release and recipe
+on the same base give the same image ID whenever they are built.
 
 A build is five steps, each once: stage (the base and the builder, pinned), wheelhouse (exactly
 the lock's wheels), context (the pax wheel and everything the recipe copies), buildah, check."""
@@ -20,9 +21,10 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from pax.errors import last_line
-from pax.images import buildah, context, paxwheel, provenance, reproduce, wheelhouse
+from pax.images import buildah, context, frozen, paxwheel, provenance, reproduce, wheelhouse
 from pax.images.engine import IMAGE_REPO, ImageError, image_size, label, require_engine
 from pax.images.target import Target
+from pax.releases import source
 
 
 @contextlib.contextmanager
@@ -33,9 +35,18 @@ def staged(
     check_hashes: bool = True,
     log=sys.stderr,
 ) -> Iterator[context.Context]:
-    """Stage, wheelhouse and context: a build's context in a temporary folder (removed on exit)."""
+    """Stage, wheelhouse and context: a build's context in a temporary folder (removed on exit).
+    A release that records a base and builder is refused on others; a frozen one's context is
+    laid out by its own tree (pax.images.frozen)."""
     base_id, builder_version = buildah.pinned(target.base_image)
+    frozen.require_recorded(target, base_id, builder_version)
     wheels = wheelhouse.for_build(target, wheels, check_hashes, log=log)
+    if source.builds_own_images(target.release) and not target.dev:
+        with frozen.staged(
+            target, tag, wheels, base_id, builder_version, check_hashes, log=log
+        ) as ctx:
+            yield ctx
+        return
     with tempfile.TemporaryDirectory(prefix="pax-ctx-") as tmp:
         pax_wheel = paxwheel.build(Path(tmp) / "paxwheel", target)
         yield context.lay_out(

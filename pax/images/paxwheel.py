@@ -1,11 +1,13 @@
 """The pax wheel an image installs: built from `git archive` of the release's source commit, or
-for a dev image from this checkout's files, carrying the release locks (pax/_releases), the same
-bytes whenever its sources are the same."""
+for a dev image from this checkout's files, or (a frozen release, pax.images.stage) from the
+release's own tree by its own pinned setuptools; it carries the release locks (pax/_releases),
+the same bytes whenever its sources are the same."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -40,11 +42,9 @@ def _copy_checkout(src: Path) -> None:
 
 def build(dest: Path, target: Target) -> Path:
     """The pax wheel (no dependencies): from `git archive` of the release's source commit, or
-    for a dev build from this checkout's files. A stale build/ or egg-info cannot leak in."""
+    for a dev build from this checkout's files, built in an isolated environment by pip. A
+    stale build/ or egg-info cannot leak in."""
     origin = target.source
-    dest.mkdir(parents=True, exist_ok=True)
-    for old in dest.glob("pax-*.whl"):
-        old.unlink()
     with tempfile.TemporaryDirectory(prefix="pax-wheel-") as tmp:
         src, releases_root = Path(tmp) / "src", Path(tmp) / "locks"
         if origin.dev:
@@ -55,32 +55,59 @@ def build(dest: Path, target: Target) -> Path:
             # The locks the source tree holds (frozen: the same bytes as today's copies), so the
             # wheel does not change when later releases are cut.
             source.export(origin.revision, releases_root, paths=("releases",), root=ROOT)
-        if not (src / "README.md").exists():  # pyproject's readme; early trees had none
-            (src / "README.md").write_text("Pax\n")
-        # The release locks ride along (pax/_releases/<version>/<platform>.txt), so an installed
-        # pax finds the nearest release of whatever environment it is in (pax.envinfo).
-        for rel in catalog.list_releases(releases_root):
-            for lock_platform in catalog.LOCK_PLATFORMS:
-                if rel.lockfile(lock_platform).is_file():
-                    copy = src / "pax" / "_releases" / rel.version / f"{lock_platform}.txt"
-                    copy.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(rel.lockfile(lock_platform), copy)
-        pyproject = src / "pyproject.toml"
-        if "_releases" not in pyproject.read_text():
-            # Trees older than the package-data line: setuptools takes the locks from a manifest.
-            with open(src / "MANIFEST.in", "a") as f:
-                f.write("recursive-include pax/_releases *.txt\n")
-        # Same sources, same wheel bytes (zip timestamps from SOURCE_DATE_EPOCH): the image's pax
-        # layer, its SBOM and its provenance stay the same bytes too.
-        env = {**pip.pip_env(), "SOURCE_DATE_EPOCH": str(origin.epoch)}
-        r = subprocess.run(
-            [pip.pip_python(), "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(src)],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        if r.returncode != 0:
-            raise ImageError(f"building the pax wheel failed: {last_line(r.stderr, r.stdout)}")
+        return _wheel(src, releases_root, dest, target, pip.pip_python(), isolated=True)
+
+
+def from_tree(tree: Path, dest: Path, target: Target) -> Path:
+    """The pax wheel of a release's own tree (`tree`: its package files and releases/), built by
+    this interpreter's setuptools without build isolation, so the backend is the one this
+    interpreter pins, not the newest on the index."""
+    with tempfile.TemporaryDirectory(prefix="pax-wheel-") as tmp:
+        src = Path(tmp) / "src"
+        for name in source.PACKAGE_PATHS:
+            if (tree / name).is_dir():
+                shutil.copytree(tree / name, src / name)
+            elif (tree / name).is_file():
+                src.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(tree / name, src / name)
+        return _wheel(src, tree, dest, target, sys.executable, isolated=False)
+
+
+def _wheel(
+    src: Path, releases_root: Path, dest: Path, target: Target, python: str, isolated: bool
+) -> Path:
+    """Build the wheel of the package files in `src` into `dest`, with the locks of the
+    releases under `releases_root` inside it."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.glob("pax-*.whl"):
+        old.unlink()
+    if not (src / "README.md").exists():  # pyproject's readme; early trees had none
+        (src / "README.md").write_text("Pax\n")
+    # The release locks ride along (pax/_releases/<version>/<platform>.txt), so an installed
+    # pax finds the nearest release of whatever environment it is in (pax.envinfo).
+    for rel in catalog.list_releases(releases_root):
+        for lock_platform in catalog.LOCK_PLATFORMS:
+            if rel.lockfile(lock_platform).is_file():
+                copy = src / "pax" / "_releases" / rel.version / f"{lock_platform}.txt"
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(rel.lockfile(lock_platform), copy)
+    pyproject = src / "pyproject.toml"
+    if "_releases" not in pyproject.read_text():
+        # Trees older than the package-data line: setuptools takes the locks from a manifest.
+        with open(src / "MANIFEST.in", "a") as f:
+            f.write("recursive-include pax/_releases *.txt\n")
+    # Same sources, same wheel bytes (zip timestamps from SOURCE_DATE_EPOCH): the image's pax
+    # layer, its SBOM and its provenance stay the same bytes too.
+    env = {**pip.pip_env(), "SOURCE_DATE_EPOCH": str(target.source.epoch)}
+    command = [python, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(src)]
+    r = subprocess.run(
+        command + ([] if isolated else ["--no-build-isolation"]),
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        raise ImageError(f"building the pax wheel failed: {last_line(r.stderr, r.stdout)}")
     wheels = sorted(dest.glob("pax-*.whl"))
     if len(wheels) != 1:
         raise ImageError(f"expected one pax wheel in {dest}, found {len(wheels)}")

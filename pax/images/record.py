@@ -1,8 +1,11 @@
 """What a release's images must be, kept in its release.toml's [images] table: each platform's
 image ID and layers (diff IDs), the recipe and builder they were built with, and the base image
 by ID with what went into it (Debian suite, point release, package set). The cut writes it
-(`./noxw -s release -- X.Y.Z`); for a release cut before, `./noxw -s release -- X.Y.Z
---record-images` builds and writes it, leaving the locks alone.
+(`./noxw -s release -- X.Y.Z`), and nothing rewrites it: `./noxw -s release -- X.Y.Z
+--record-images` writes it for a release that records no image (one cut before records were
+kept, or a cut whose recording failed), leaving the locks alone, and refuses one that has a
+record. A frozen release (pax.images.frozen) is built by its own tree, so its record holds for
+every later checkout.
 
 `./noxw -s verify` and `./noxw -s check` compare against it: `explain` says why an image ID is
 not the recorded one, from the cheapest cause to the deepest (another base, another recipe,
@@ -63,9 +66,10 @@ def record(targets: list[Target], log=sys.stderr) -> dict:
     """Build each target's image (one release's platforms, on one base; an image already tagged
     with the same provenance is kept) and write [images] into the release's release.toml;
     returns the table."""
-    require_engine()
     release = targets[0].release
-    table = {**recorded(release), "recorded": datetime.date.today()}
+    refuse_rewrite(release)
+    require_engine()
+    table = {"recorded": datetime.date.today()}
     table.update(base_facts(targets[0].base_image))
     table["builder"] = f"buildah {buildah.version()}"
     for target in targets:
@@ -78,6 +82,19 @@ def record(targets: list[Target], log=sys.stderr) -> dict:
     path = release.dir / "release.toml"
     path.write_text(with_table(path.read_text(), table))
     return {k: str(v) if isinstance(v, datetime.date) else v for k, v in table.items()}
+
+
+def refuse_rewrite(release: catalog.Release) -> None:
+    """ImageError when the release records its images already: a user who checked an image
+    against the record must still find it there."""
+    have = recorded(release)
+    if have:
+        ids = ", ".join(f"{p} {have[p][:19]}" for p in catalog.IMAGE_PLATFORMS if p in have)
+        raise ImageError(
+            f"release {release.version} records its images already ({ids or 'no image ID'}, "
+            f"recorded {have.get('recorded')}); a cut release's image IDs never change: compare "
+            f"a build with them, ./noxw -s verify -- {release.version} tpu"
+        )
 
 
 def render(table: dict) -> str:

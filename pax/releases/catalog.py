@@ -27,6 +27,7 @@ IMAGE_PLATFORMS = ("tpu", "gpu")  # one container image each per release (cpu: t
 NIGHTLY = "nightly"  # today's newest, compiled into git-ignored releases/nightly/
 HEADLINE = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "tensorstore")
 _VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
+_PLATFORM_LIKE_RE = re.compile(r"[A-Za-z][\w-]*")  # a word, not a flag, path or pytest node
 
 
 class UnknownRelease(UsageError, LookupError):
@@ -38,7 +39,7 @@ class UnknownRelease(UsageError, LookupError):
 
 class UnknownPlatform(UsageError, LookupError):
     def __init__(self, name: str):
-        super().__init__(f"unknown platform {name!r}; platforms: {', '.join(LOCK_PLATFORMS)}")
+        super().__init__(f"unknown platform {name!r} ({', '.join(LOCK_PLATFORMS)})")
 
 
 class TestLockMismatch(PaxError, RuntimeError):
@@ -164,10 +165,29 @@ def looks_like_release(arg: str) -> bool:
 def pop_release(args: list[str], root: Path | None = None) -> Release:
     """Pop an optional leading release name off a session's args; default: the newest cut
     release. UnknownRelease for a name that is none."""
-    name = args.pop(0) if args and looks_like_release(args[0]) else None
-    return resolve(name, root)
+    return resolve(_pop_release_name(args), root)
+
+
+def _pop_release_name(args: list[str]) -> str | None:
+    return args.pop(0) if args and looks_like_release(args[0]) else None
 
 
 def pop_platform(args: list[str], default: str = "cpu") -> str:
-    """Pop an optional leading lock platform off a session's args."""
-    return args.pop(0) if args and args[0] in LOCK_PLATFORMS else default
+    """Pop an optional leading lock platform off a session's args. A leading bare word that is
+    none (`tpux`) is UnknownPlatform: it stands where the platform goes, and what follows is
+    flags, or paths that exist (pytest's), never other words."""
+    if not args or args[0] in LOCK_PLATFORMS:
+        return args.pop(0) if args else default
+    if _PLATFORM_LIKE_RE.fullmatch(args[0]) and not Path(args[0]).exists():
+        raise UnknownPlatform(args[0])
+    return default
+
+
+def pop_release_and_platform(
+    args: list[str], root: Path | None = None, default: str = "cpu"
+) -> tuple[Release, str]:
+    """Both leading words, `[RELEASE] [PLATFORM]`; a mistyped platform is refused before the
+    release is looked up, so `1.9.0 tpux` names the word that is surely wrong."""
+    name = _pop_release_name(args)
+    platform = pop_platform(args, default)
+    return resolve(name, root), platform

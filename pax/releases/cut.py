@@ -19,7 +19,8 @@ release's recorded source (a fresh clone has neither).
    own hash); branch rX.Y.Z and tag vX.Y.Z point at the cut commit;
 9. a third commit records the images' IDs (`record_images`: the noxfile's builds each platform's
    image from the cut commit and writes release.toml's [images]); without it the cut says how
-   to record them later (`--record-images`).
+   to record them later (`--record-images`). release.toml says `image_recipe = "source"`: the
+   images are built by the release's own tree (pax.images.frozen), so that record never moves.
 
 Any failure before the commit removes releases/X.Y.Z and restores the tables: nothing is
 left half-written. The lock compile and the test run are parameters (`compile`, `run_tests`)
@@ -127,6 +128,9 @@ def render_release_toml(
         "# The base the images are built on ([images] records it by ID; ci/base-image.sh "
         f"builds {LOCAL_BASE_IMAGE}).",
         f"base_image = {_toml_str(base_image)}",
+        "# Its images are built by this tree alone (recipe, in-image check, SBOM and provenance "
+        "writers, tools lock), so the IDs [images] records hold for good (docs/releases.md).",
+        f"{source.IMAGE_RECIPE} = {_toml_str(source.OWN_TREE)}",
         f"# Locks see only what the index held at this instant, so `./noxw -s lock -- {version}` "
         "reproduces them.",
         f"resolved_before = {cutoff}",

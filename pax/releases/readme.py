@@ -4,8 +4,8 @@ A file opts in with a pair of markers; everything between them is replaced on ea
 
     <!-- releases-table:start -->     the releases, from releases/*/release.toml
     <!-- releases-table:end -->
-    <!-- support-matrix:start -->     per release: Python, jax, libtpu, CUDA wheels, images,
-    <!-- support-matrix:end -->       read from release.toml and the lockfiles
+    <!-- support-matrix:start -->     per release: Python, jax, libtpu, CUDA wheels, images and
+    <!-- support-matrix:end -->       who builds them, read from release.toml and the lockfiles
     <!-- changelog-pins:1.6.0:start -->   one release's pins and what moved in its locks against
     <!-- changelog-pins:1.6.0:end -->     the release before it (CHANGELOG.md)
 
@@ -25,6 +25,7 @@ from pax import paths
 from pax.errors import PaxError
 from pax.lockfile import parse_lockfile, versions
 from pax.releases.catalog import IMAGE_PLATFORMS, LOCK_PLATFORMS, Release, list_releases
+from pax.releases.source import builds_own_images
 
 START = "<!-- releases-table:start -->"
 END = "<!-- releases-table:end -->"
@@ -94,6 +95,7 @@ MATRIX_COLUMNS = (
     "TPU: libtpu",
     "GPU: jax CUDA plugin, CUDA runtime, cuDNN, cuBLAS",
     "images (built locally)",
+    "image recipe",
 )
 
 
@@ -119,7 +121,16 @@ def matrix_row(release: Release) -> list[str]:
         tpu.get("libtpu", "—"),
         gpu_cell if gpu else "—",
         images,
+        image_recipe(release),
     ]
+
+
+def image_recipe(release: Release) -> str:
+    """Who builds the release's images: its own tree (frozen, the recorded IDs hold for good), or
+    today's checkout (the IDs follow its recipe)."""
+    if builds_own_images(release):
+        return "frozen: its own tree"
+    return "today's recipe"
 
 
 def render_matrix(releases: list[Release]) -> str:

@@ -24,6 +24,9 @@ from pax.releases.catalog import LOCK_PLATFORMS, TEST_LOCK, Release, resolve
 # What a pax wheel is built from (pyproject.toml's package, its readme and licence).
 PACKAGE_PATHS = ("pax", "pyproject.toml", "README.md", "LICENSE")
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+# `image_recipe = "source"` (written by the cut from 1.8.0 on): the release's images are built by
+# its source tree's own recipe and image code (pax.images.frozen); without it, by this checkout's.
+IMAGE_RECIPE, OWN_TREE = "image_recipe", "source"
 _SOURCE_COMMENT = (
     "# The commit whose tree this release freezes: images pack its pax (docs/releases.md)."
 )
@@ -37,6 +40,11 @@ def recorded(release: Release) -> str | None:
     """The source commit release.toml names, or None."""
     value = release.meta.get("source")
     return str(value) if value else None
+
+
+def builds_own_images(release: Release) -> bool:
+    """Whether the release's images are built by its own tree, so their IDs never move."""
+    return release.meta.get(IMAGE_RECIPE) == OWN_TREE
 
 
 def is_shallow(root: Path | None = None) -> bool:
