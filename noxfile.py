@@ -1,14 +1,14 @@
-"""Pax's sessions, run through the wrapper: `./noxw -s test`, `./noxw -s train -- 1.6.0 cpu`.
+"""Pax's sessions, run through the wrapper: `./noxw -s test`, `./noxw -s train -- 1.7.0 cpu`.
 
 Sessions that run the trainer share one pinned env per (release, platform), exactly its lock
 (pax.environments.venv); RELEASE defaults to the newest cut release, PLATFORM to cpu. Sessions
-only call functions of the packages, which run here in the tools venv (they import no jax)."""
+only call functions of the packages, which run here in the tools venv (they import no jax).
+Every session exits with its command's own status, its failure said in one line
+(pax.environments.sessions; docs/troubleshooting.md#exit-status)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,8 +22,8 @@ from benchmarks import table as bench_table
 from pax.bisect import cli as bisect_cli
 from pax.curves import band as refs
 from pax.docs import blocks as doc_blocks
-from pax.environments import runs, testtools, venv
-from pax.errors import PaxError
+from pax.environments import runs, sessions, testtools, venv
+from pax.errors import UsageError
 from pax.images import cli as images_cli
 from pax.launch import render as launch
 from pax.paths import ROOT
@@ -36,19 +36,20 @@ nox.options.sessions = ["test"]
 nox.options.default_venv_backend = "none"
 
 
-@contextlib.contextmanager
 def _errors(session: nox.Session):
-    """A package's error (PaxError) ends the session with its one line, not a traceback:
+    """A package's error (PaxError) ends the session with its one line and its own status:
     `SESSION: error: MESSAGE`, as the packages' own commands print theirs."""
-    try:
-        yield
-    except PaxError as err:
-        session.error(f"{session.name}: error: {err}")
+    return sessions.one_line(session.name)
 
 
 def _release(session: nox.Session, args: list[str]) -> catalog.Release:
     with _errors(session):
         return catalog.pop_release(args)
+
+
+def _release_platform(session: nox.Session, args: list[str]) -> tuple[catalog.Release, str]:
+    with _errors(session):
+        return catalog.pop_release_and_platform(args)
 
 
 def _env(session: nox.Session, release: catalog.Release, platform: str) -> venv.Env:
@@ -59,15 +60,12 @@ def _env(session: nox.Session, release: catalog.Release, platform: str) -> venv.
 def _in_env(session: nox.Session, module: str, defaults=None, platform=True, or_args=()) -> list:
     """`python -m module ARGS` in a release's env; posargs: [RELEASE] [PLATFORM] ARGS."""
     args = list(session.posargs)
-    release = _release(session, args)
-    env = _env(session, release, catalog.pop_platform(args) if platform else "cpu")
+    release, platform = (
+        _release_platform(session, args) if platform else (_release(session, args), "cpu")
+    )
+    env = _env(session, release, platform)
     args = runs.with_defaults(args, defaults) if defaults else args or list(or_args)
-    command = [str(env.python), "-m", module, *args]
-    session.log(" ".join(command))
-    # The module's own exit status (2: bad input, 75: preempted), which nox would make 1.
-    if code := subprocess.call(command, env={**os.environ, **env.session_env()}):
-        session.log(f"{module}: exit {code}")
-        raise SystemExit(code)
+    sessions.run([env.python, "-m", module, *args], env.session_env(), log=session.log)
     return args
 
 
@@ -76,8 +74,7 @@ def test(session: nox.Session) -> None:
     """This checkout's tests on a release's pins: `test -- [RELEASE] [PLATFORM] [--full] [ARGS]`;
     on a TPU or GPU host, PLATFORM tpu|gpu runs the accelerator tier in that env, one process."""
     args = list(session.posargs)
-    release = _release(session, args)
-    platform = catalog.pop_platform(args)
+    release, platform = _release_platform(session, args)
     env = _env(session, release, platform)
     if platform != "cpu":  # one process holds the chip; the tier selects itself by its marker
         args = ["-m", "accelerator", "--full", "-p", "no:xdist", *args]
@@ -86,7 +83,7 @@ def test(session: nox.Session) -> None:
     # Tests choose their own devices (conftest sets XLA_FLAGS before jax loads).
     targets = [] if any(Path(a.split("::")[0]).exists() for a in args) else ["tests"]
     args = [*targets, *testtools.pytest_args(args), *args]
-    session.run(str(env.python), "-m", "pytest", *args, env=variables, external=True)
+    sessions.run([env.python, "-m", "pytest", *args], variables, log=session.log)
 
 
 @nox.session
@@ -106,9 +103,9 @@ def decode(session: nox.Session) -> None:
 def env(session: nox.Session) -> None:
     """A release env's identity and drift, as a run started by hand sees it: `env -- [R] [P] [--json]`."""
     args = list(session.posargs)
-    release, platform = _release(session, args), catalog.pop_platform(args)
+    release, platform = _release_platform(session, args)
     python = venv.existing_python(release, platform) or _env(session, release, platform).python
-    session.run(python, "-m", "pax", "env", *args, env={"PYTHONPATH": str(ROOT)}, external=True)
+    sessions.run([python, "-m", "pax", "env", *args], {"PYTHONPATH": str(ROOT)}, log=session.log)
 
 
 @nox.session
@@ -152,29 +149,26 @@ def check(session: nox.Session) -> None:
     """Check a published image from the registry alone: `check -- REGISTRY/pax:X-P --key PUB.pem`."""
     with _errors(session):
         if not session.posargs:
-            raise images_cli.ImageError("usage: ./noxw -s check -- REGISTRY/pax:X-P --key PUB")
+            raise UsageError("usage: ./noxw -s check -- REGISTRY/pax:X-P --key PUB.pem")
         session.log(f"check: {images_cli.run(['check', *session.posargs])}")
 
 
 @nox.session
 def cluster(session: nox.Session) -> None:
     """JobSet or Slurm script for the images: `cluster -- RELEASE tpu|gpu|slurm --exp=NAME [-o F]`."""
-    if launch.main(list(session.posargs)):
-        session.error("cluster: error: nothing written")
+    sessions.status(launch.main(list(session.posargs)))
 
 
 @nox.session
 def diff(session: nox.Session) -> None:
     """Diff two locks: `diff -- A B [--platform cpu] [--json]` (release, path or GITREV:path)."""
-    if code := lock_diff.main(list(session.posargs)):
-        session.error(f"diff: error: exit {code}")
+    sessions.status(lock_diff.main(list(session.posargs)))
 
 
 @nox.session
 def bisect(session: nox.Session) -> None:
     """Find the package change that breaks a command: `bisect -- --good A --bad B -- COMMAND...`."""
-    if code := bisect_cli.main(list(session.posargs)):
-        session.error(f"bisect: error: exit {code}")
+    sessions.status(bisect_cli.main(list(session.posargs)))
 
 
 @nox.session
@@ -199,7 +193,7 @@ def release(session: nox.Session) -> None:
 def readme(session: nox.Session) -> None:
     """Regenerate README's, CHANGELOG's, docs' generated blocks: `readme -- [--check]`."""
     with _errors(session):
-        check = "--check" in session.posargs
+        check = "--check" in sessions.flags(session.posargs, {"--check"}, "readme -- [--check]")
         extra = [bench_table.block(), bench_table.accelerator_block()]
         doc_blocks.main(ROOT, check, extra=extra, log=session.log)
 
@@ -222,28 +216,22 @@ def data(session: nox.Session) -> None:
     _in_env(session, "pax.data", platform=False, or_args=["--help"])
 
 
-def _curves(session: nox.Session, command: str, usage: str, its_exit: bool = False) -> None:
-    """pax.curves (no jax; matplotlib is the tools venv's); its_exit: exit with its status."""
-    if not session.posargs:
-        session.error(f"{command}: error: usage: ./noxw -s {command} -- {usage}")
+def _curves(session: nox.Session, command: str) -> None:
+    """pax.curves (no jax; matplotlib is the tools venv's)."""
     args = [sys.executable, "-m", "pax.curves", command, *session.posargs]
-    if not its_exit:
-        return session.run(*args, external=True, env={"PYTHONPATH": str(ROOT)})
-    if code := subprocess.call(args, env={**os.environ, "PYTHONPATH": str(ROOT)}):
-        session.log(f"{command}: exit {code}")
-        raise SystemExit(code)  # nox makes every failure 1; scripts and bisect tell 1, 2, 125 apart
+    sessions.run(args, {"PYTHONPATH": str(ROOT)})
 
 
 @nox.session
 def plot(session: nox.Session) -> None:
     """Draw runs' loss and log-perplexity: `plot -- JOB_DIR... [--out F.png] [--reference NAME]`."""
-    _curves(session, "plot", "JOB_DIR... [--out F.png] [--reference NAME]")
+    _curves(session, "plot")
 
 
 @nox.session
 def compare(session: nox.Session) -> None:
     """Judge a run by its reference band (exit 0 in, 1 out, 125 cannot judge): `compare -- JOB_DIR`."""
-    _curves(session, "compare", "JOB_DIR [--reference NAME]", its_exit=True)
+    _curves(session, "compare")
 
 
 @nox.session
@@ -251,8 +239,7 @@ def references(session: nox.Session) -> None:
     """Re-record a reference band: `references -- [RELEASE] [PLATFORM] [--help]` (tpu, gpu: the
     band of that platform, in its env, shipped beside the CPU one)."""
     args = list(session.posargs)
-    release = _release(session, args)
-    platform = catalog.pop_platform(args)
+    release, platform = _release_platform(session, args)
     with _errors(session):
         parsed = refs.parse_args(args)
         env = _env(session, release, platform)
@@ -272,7 +259,7 @@ def aot(session: nox.Session) -> None:
     (`--cpu`: XLA:CPU's upper bound on virtual CPU devices instead)."""
     args = list(session.posargs)
     env = _env(session, _release(session, args), "tpu")
-    session.run(str(env.python), "-m", "pax.aot", *args, env=env.session_env(), external=True)
+    sessions.run([env.python, "-m", "pax.aot", *args], env.session_env(), log=session.log)
 
 
 @nox.session
@@ -283,12 +270,14 @@ def tutorial(session: nox.Session) -> None:
     with _errors(session):
         run_env = {**testtools.prepare(env, log=session.log), "XLA_FLAGS": ""}
     execute = [env.python, *testtools.JUPYTER_EXECUTE, "--inplace", "--timeout=3000"]
-    session.run(*execute, ROOT / "docs" / "tutorial.ipynb", env=run_env, external=True)
+    sessions.run([*execute, ROOT / "docs" / "tutorial.ipynb"], run_env, log=session.log)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff format --check and ruff check (pinned in tools.txt): `lint -- [--fix]` rewrites."""
-    ruff, fix = Path(sys.executable).parent / "ruff", "--fix" in session.posargs
-    session.run(ruff, "format", *([] if fix else ["--check"]), ".", external=True)
-    session.run(ruff, "check", *(["--fix"] if fix else []), ".", external=True)
+    with _errors(session):
+        fix = "--fix" in sessions.flags(session.posargs, {"--fix"}, "lint -- [--fix]")
+    ruff = Path(sys.executable).parent / "ruff"
+    sessions.run([ruff, "format", *([] if fix else ["--check"]), "."], log=session.log)
+    sessions.run([ruff, "check", *(["--fix"] if fix else []), "."], log=session.log)

@@ -49,6 +49,23 @@ def test_pop_release_and_platform():
         catalog.pop_release(["9.9.9"])
 
 
+@pytest.mark.parametrize("word", ["tpux", "CPU", "gpu-x"])
+def test_a_mistyped_platform_is_refused_before_the_release_is_looked_up(word):
+    with pytest.raises(
+        catalog.UnknownPlatform, match=rf"^unknown platform '{word}' \(cpu, tpu, gpu\)$"
+    ):
+        catalog.pop_release_and_platform(["9.9.9", word, "--x"])
+
+
+def test_what_follows_the_platform_is_left_alone():
+    # flags, and pytest's targets (paths that exist, node ids)
+    for rest in (["--x"], ["tests"], ["tests/environments/test_runs.py::test_x"], ["-k", "y"]):
+        args = ["1.6.0", *rest]
+        assert catalog.pop_release_and_platform(args)[1] == "cpu" and args == rest
+    args = ["tpu", "tests"]
+    assert catalog.pop_release_and_platform(args) == (catalog.newest(), "tpu") and args == ["tests"]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -1,0 +1,137 @@
+"""Every `./noxw -s` session exits with its command's own status and says why in one line
+(pax.environments.sessions; the table in docs/troubleshooting.md#exit-status): each session is
+started here with an input its command refuses, and nothing of nox's own failure lines follows."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from pax.environments import sessions
+from pax.errors import CANNOT_JUDGE, FAILURE, USAGE, UsageError
+from pax.paths import ROOT
+from pax.releases import catalog
+from tests.docs.test_links import nox_sessions
+
+PREEMPTED = 75  # pax.train.preemption.EXIT_PREEMPTED (a trainer module: not imported here)
+NEWEST = catalog.newest().version
+UNKNOWN = "unknown release '9.9.9'"
+# session -> (arguments, status, the one error line's start); RELEASE [PLATFORM] sessions get a
+# mistyped platform after a release that is not cut, which must be refused before either is used.
+CASES = {
+    "test": (["9.9.9", "tpux"], USAGE, "test: error: unknown platform 'tpux' (cpu, tpu, gpu)"),
+    "train": (["9.9.9", "tpux"], USAGE, "train: error: unknown platform 'tpux' (cpu, tpu, gpu)"),
+    "decode": (["gpux"], USAGE, "decode: error: unknown platform 'gpux' (cpu, tpu, gpu)"),
+    "env": (["9.9.9", "cpux"], USAGE, "env: error: unknown platform 'cpux' (cpu, tpu, gpu)"),
+    "references": (["tpux"], USAGE, "references: error: unknown platform 'tpux'"),
+    "lock": ([], USAGE, "lock: error: name a release"),
+    "build": (["tpu"], USAGE, "build: error: usage: ./noxw -s build -- RELEASE"),
+    "verify": (["tpu"], USAGE, "verify: error: usage: ./noxw -s verify -- RELEASE"),
+    "smoke": (["tpu"], USAGE, "smoke: error: usage: ./noxw -s smoke -- RELEASE"),
+    "publish": (["tpu"], USAGE, "publish: error: usage: ./noxw -s publish -- RELEASE"),
+    "check": ([], USAGE, "check: error: usage: ./noxw -s check --"),
+    "cluster": ([NEWEST, "tpu", "--exp=NoSuch"], USAGE, "pax cluster: error: unknown experiment"),
+    "diff": (["9.9.9", NEWEST], USAGE, f"pax diff: error: {UNKNOWN}"),
+    "bisect": ([], USAGE, "pax bisect: error: the following arguments are required"),
+    "release": (["notaversion"], USAGE, "release: error: version must be X.Y.Z"),
+    "readme": (["--chek"], USAGE, "readme: error: unexpected --chek"),
+    "bench": (["9.9.9"], USAGE, f"bench: error: {UNKNOWN}"),
+    "bench_c4": (["9.9.9"], USAGE, f"bench_c4: error: {UNKNOWN}"),
+    "data": (["9.9.9"], USAGE, f"data: error: {UNKNOWN}"),
+    "plot": ([], USAGE, "python -m pax.curves plot: error: the following arguments"),
+    "compare": (["{tmp}"], CANNOT_JUDGE, "python -m pax.curves: error: cannot judge"),
+    "aot": (["9.9.9"], USAGE, f"aot: error: {UNKNOWN}"),
+    "tutorial": (["9.9.9"], USAGE, f"tutorial: error: {UNKNOWN}"),
+    "lint": (["--bogus"], USAGE, "lint: error: unexpected --bogus"),
+}
+# nox's own lines for a failed session, which would repeat the command or make every status 1.
+NOX_FAILURE = re.compile(r"^nox > (Session .* (aborted|failed)|Command .* failed|.*: exit \d+$)")
+
+
+def noxw(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "noxw"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def assert_ends_with_one_line(result, status: int, line: str) -> None:
+    lines = (result.stdout + result.stderr).splitlines()
+    assert result.returncode == status, "\n".join(lines[-10:])
+    assert [x for x in lines if ": error: " in x] == [lines[-1]], "\n".join(lines[-10:])
+    assert lines[-1].startswith(line), lines[-1]
+    assert not [x for x in lines if NOX_FAILURE.match(x)], "\n".join(lines)
+
+
+def test_every_session_has_a_case():
+    assert set(CASES) == nox_sessions()
+
+
+@pytest.mark.parametrize("session", sorted(CASES))
+def test_a_session_exits_with_its_commands_status(session, tmp_path):
+    args, status, line = CASES[session]
+    venvs = sorted((ROOT / ".venv").glob("pax-*"))
+    result = noxw("-s", session, "--", *(a.format(tmp=tmp_path) for a in args))
+    assert_ends_with_one_line(result, status, line)
+    assert sorted((ROOT / ".venv").glob("pax-*")) == venvs  # refused before any env was built
+
+
+def test_pytests_own_status_passes_through():
+    # pytest says 4 for a usage error; nox would have made it 1
+    result = noxw("-s", "test", "--", "--no-such-option")
+    assert result.returncode == 4, result.stderr[-2000:]
+    assert not [x for x in result.stderr.splitlines() if NOX_FAILURE.match(x)]
+
+
+# Each starts the module in the newest release's cpu env (jax and the experiments import, about
+# 10 s each on two cores), so it is in the full tier; the fast cases above cover the sessions.
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "session, args, line",
+    [
+        ("train", ["--set=NO_SUCH=1"], "pax: error: "),
+        ("decode", ["--promt=x"], "pax: error: Unknown command line flag 'promt'"),
+        ("data", ["bogus"], "python -m pax.data: error: argument command: invalid choice"),
+    ],
+)
+def test_a_module_in_an_env_exits_with_its_own_status(session, args, line):
+    assert_ends_with_one_line(noxw("-s", session, "--", *args), USAGE, line)
+
+
+@pytest.mark.parametrize("code", [FAILURE, USAGE, PREEMPTED, CANNOT_JUDGE])
+def test_run_ends_with_the_commands_status_and_says_nothing(code, capfd):
+    with pytest.raises(SystemExit) as ended:
+        sessions.run([sys.executable, "-c", f"raise SystemExit({code})"])
+    assert ended.value.code == code
+    assert capfd.readouterr() == ("", "")
+
+
+def test_run_logs_the_command_shell_quoted():
+    logged = []
+    sessions.run([sys.executable, "-c", "pass", "--prompt=two words"], log=logged.append)
+    assert logged == [f"{sys.executable} -c pass '--prompt=two words'"]
+
+
+def test_one_line_prints_the_error_and_exits_with_its_status(capsys):
+    with pytest.raises(SystemExit) as ended, sessions.one_line("train"):
+        raise catalog.UnknownPlatform("tpux")
+    assert ended.value.code == USAGE
+    assert capsys.readouterr().err == "train: error: unknown platform 'tpux' (cpu, tpu, gpu)\n"
+
+
+def test_flags_names_what_a_session_does_not_take():
+    assert sessions.flags(["--check"], {"--check"}, "readme -- [--check]") == {"--check"}
+    with pytest.raises(UsageError, match=r"^unexpected --chek x; usage: readme -- \[--check\]$"):
+        sessions.flags(["--chek", "x"], {"--check"}, "readme -- [--check]")
+
+
+def test_the_documented_table_lists_every_status():
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    table = page.split("## Exit status")[1].split("\n## ")[0]
+    documented = {int(c) for c in re.findall(r"^\| (\d+) \|", table, re.M)}
+    assert documented == {0, FAILURE, USAGE, PREEMPTED, CANNOT_JUDGE}
+    assert "own status" in table and "nox" in table
