@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Build the local base image pax-base:bookworm when it is absent (no registry needed).
 #
-#   ci/base-image.sh            # build if missing
-#   ci/base-image.sh --force    # rebuild
+#   ci/base-image.sh              # build if missing
+#   ci/base-image.sh --force      # rebuild
+#   ci/base-image.sh --save FILE  # keep the base as an archive (docker save): a release's
+#                                 # images are built only on the base it records, by ID
+#   ci/base-image.sh --load FILE  # bring a kept base back, same ID, into the Docker engine and
+#                                 # buildah's store under $PAX_BASE_IMAGE (default pax-base:bookworm)
 #
 # mmdebstrap makes a minimal Debian bookworm (python3 is 3.11 there, matching the locks) as a
 # tarball that is the same bytes for the same package set: files dated PAX_BASE_EPOCH, the host's
@@ -12,6 +16,7 @@
 # buildah's store (which `./noxw -s build` builds from, pinned by ID) and in the Docker engine.
 # Users with a registry can skip this and pass --base-image python:3.11-slim-bookworm instead.
 set -euo pipefail
+FILE="${2:+$(realpath -m -- "$2")}"  # --save/--load FILE, named from the caller's directory
 cd "$(dirname "$0")/.."
 
 IMAGE="${PAX_BASE_IMAGE:-pax-base:bookworm}"
@@ -21,10 +26,34 @@ EPOCH="${PAX_BASE_EPOCH:-1686355200}"  # bookworm's release day, 2023-06-10
 ROOT="${PAX_BUILDAH_ROOT:-/var/tmp/pax-buildah}"
 
 die() { echo "base-image: $*" >&2; exit 1; }
+usage() { echo "base-image: usage: $*" >&2; exit 2; }
 buildah_() { buildah --root "$ROOT" --runroot "$ROOT/run" --storage-driver vfs "$@"; }
 
 docker info >/dev/null 2>&1 || die "no Docker engine answers; run ci/docker-engine.sh start"
 ci/image-tools.sh
+
+case "${1:-}" in
+  --save)
+    [ -n "$FILE" ] || usage "ci/base-image.sh --save FILE"
+    docker image inspect "$IMAGE" >/dev/null 2>&1 || die "no $IMAGE in the Docker engine to save; run ci/base-image.sh"
+    docker save -o "$FILE.part" "$IMAGE" && mv "$FILE.part" "$FILE"
+    echo "base-image: saved $IMAGE $(docker image inspect -f '{{.Id}}' "$IMAGE") to $FILE" >&2
+    exit 0 ;;
+  --load)
+    [ -f "$FILE" ] || usage "ci/base-image.sh --load FILE (an archive ci/base-image.sh --save wrote)"
+    loaded="$(docker load -q -i "$FILE")" || die "docker load of $FILE failed"
+    ref="$(sed -n 's/^Loaded image\( ID\)\?: //p' <<<"$loaded" | tail -n 1)"
+    id="$(docker image inspect -f '{{.Id}}' "$ref")" || die "docker load of $FILE gave no image"
+    docker tag "$id" "$IMAGE"
+    # The same config bytes in buildah's store give the same ID; the name moves to it.
+    stored="sha256:$(buildah_ pull --quiet "docker-archive:$FILE")" || die "buildah could not read $FILE"
+    [ "$stored" = "$id" ] || die "$FILE is $id in Docker but $stored in buildah's store"
+    buildah_ tag "$id" "$IMAGE"
+    echo "base-image: loaded $IMAGE $id from $FILE" >&2
+    exit 0 ;;
+  ""|--force) ;;
+  *) usage "ci/base-image.sh [--force | --save FILE | --load FILE], not $1" ;;
+esac
 
 if [ "${1:-}" != "--force" ] && buildah_ inspect --type image "$IMAGE" >/dev/null 2>&1 \
   && docker image inspect "$IMAGE" >/dev/null 2>&1; then
