@@ -36,9 +36,10 @@ from pax.paths import ROOT
 from pax.releases import source
 
 TOOLS_LOCK = "requirements/tools.txt"
-# What the tree's staging imports beyond the standard library: the SBOM library, and the build
-# backend and pip its pax wheel is built with. Their dependencies come from the lock's "# via".
-TOOL_ROOTS = ("cyclonedx-python-lib", "setuptools", "pip")
+# What the tree's staging imports beyond the standard library: the SBOM library and packaging
+# (the SBOM's dependency graph), and the build backend and pip its pax wheel is built with.
+# Their dependencies come from the lock's "# via".
+TOOL_ROOTS = ("cyclonedx-python-lib", "packaging", "setuptools", "pip")
 TREE_PATHS = (
     *source.PACKAGE_PATHS,
     "Dockerfile.tpu",
