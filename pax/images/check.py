@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-from pax.images import attest, provenance, record, sbom
+from pax.images import attest, frozen, provenance, record, sbom
 from pax.images.engine import ImageError
 from pax.images.publish import client
 from pax.images.registry import Registry
@@ -74,9 +74,11 @@ def check(ref: Ref, target: Target, key: Path, ca: Optional[Path] = None, log=sy
     base = _check_provenance(statements["provenance"], target, images, fail)
     bom = _check_sbom(statements["sbom"], target, fail)
     _check_image_id(config, target, images, fail)
+    kept = _base_kept(reg, ref, base)
     print(
         f"pax images: {ref} is release {target.version}'s {target.platform} image "
-        f"{config[:19]}: signed provenance and SBOM verified",
+        f"{config[:19]}: signed provenance and SBOM verified; its base "
+        f"{f'is kept at {kept}' if kept else 'is not in this registry'}",
         file=log,
     )
     return {
@@ -87,8 +89,20 @@ def check(ref: Ref, target: Target, key: Path, ca: Optional[Path] = None, log=sy
             "source"
         ]["digest"]["gitCommit"],
         "base": base,
+        "base_kept": kept,
         "sbom": bom,
     }
+
+
+def _base_kept(reg: Registry, ref: Ref, base: str) -> Optional[str]:
+    """Where the registry keeps the image's base (publish pushes it beside the image), by
+    digest, when what it serves there has the base's ID; else None."""
+    repo_tag = frozen.base_ref(ref.registry, base).removeprefix(f"{ref.registry}/")
+    repo, tag = repo_tag.split(":")
+    found = reg.manifest(repo, tag)
+    if found is None or json.loads(found[1]).get("config", {}).get("digest") != base:
+        return None
+    return f"{ref.registry}/{repo}@{found[0]}"
 
 
 def _manifest(reg: Registry, ref: Ref) -> tuple[str, str]:

@@ -2,7 +2,8 @@
 registry (checked against the manifest bytes), pull back by that digest and verify it (labels,
 the environment against its lock, the SBOM and the provenance statement against their labels,
 the lock and the release record), with a key attach the signed provenance and SBOM to that
-digest (pax.images.attest), and only then put the same manifest bytes under
+digest (pax.images.attest), push the base beside it (pax-base:<its ID's hex>, so it can be
+pulled back once the Debian mirror has moved on), and only then put the same manifest bytes under
 <release>-<platform> and latest-<platform> (a dev image: under its own <release>-<platform>-dev.<sha>
 alone)."""
 
@@ -16,11 +17,12 @@ from pathlib import Path
 from typing import Optional
 
 from pax.errors import last_line
-from pax.images import attest, provenance
+from pax.images import attest, frozen, provenance
 from pax.images.engine import (
     IMAGE_REPO,
     ImageError,
     docker,
+    image_exists,
     label,
     read_labelled_file,
     require_image,
@@ -109,6 +111,29 @@ def _verify(by_digest: str, image: str, target: Target, revision: Optional[str])
         docker("rmi", by_digest, check=False)
 
 
+def _push_base(reg: Registry, registry: str, image_id: str) -> str:
+    """The image's base (its label io.pax.base.id) beside it, REGISTRY/pax-base:<the ID's hex>,
+    so the recorded base can be pulled back after the mirror has moved on; its reference by the
+    registry's digest, whose config is that ID."""
+    base_id = label(image_id, "io.pax.base.id")
+    if not image_exists(base_id):
+        raise ImageError(
+            f"the image's base {base_id} is not in the Docker engine; bring it back with "
+            "ci/base-image.sh --load FILE, then publish again"
+        )
+    ref = frozen.base_ref(registry, base_id)
+    repo, tag = ref.removeprefix(f"{registry}/").split(":")
+    docker("tag", base_id, ref)
+    try:
+        _push(ref, registry)
+    finally:
+        docker("rmi", ref, check=False)
+    served = reg.manifest(repo, tag)
+    if served is None or json.loads(served[1]).get("config", {}).get("digest") != base_id:
+        raise ImageError(f"registry {registry} does not serve the base {base_id} at {ref}")
+    return f"{registry}/{repo}@{served[0]}"
+
+
 def _move_tags(reg: Registry, tags: list[str], body: bytes, media: str, before: dict) -> None:
     """Put the verified manifest under each tag; if one is refused, put back what the earlier
     ones served, so a failure leaves every tag where it was."""
@@ -195,6 +220,7 @@ def publish(
             raise ImageError(f"registry {registry} has no {IMAGE_REPO}:{candidate} after the push")
         digest, body, media = served
         report, bom, origin = _verify(f"{remote}@{digest}", image_id, target, revision)
+        base = _push_base(reg, registry, image_id)
         signed = key_signer and _attest(reg, remote, digest, image_id, key_signer)
         _move_tags(reg, tags, body, media, before)
     finally:
@@ -217,5 +243,6 @@ def publish(
         "verify": report,
         "sbom": bom,
         "provenance": origin,
+        "base": base,
         "attestations": signed or None,
     }

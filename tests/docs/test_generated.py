@@ -61,6 +61,8 @@ def test_support_matrix_matches_the_locks():
             gpu["nvidia-cublas-cu12"],
         ]
         assert f"`pax:{release.version}-gpu`" in row[6]
+        own_tree = release.meta.get("image_recipe") == "source"
+        assert row[7] == ("frozen: its own tree" if own_tree else "today's recipe")
 
 
 def test_support_matrix_test_fails_on_a_changed_lock(tmp_path):

@@ -148,6 +148,7 @@ def test_check_from_the_registry_alone(registry, published, keys):
     assert result["digest"] == published["digest"]
     assert result["image_id"] == recorded[PLATFORM]
     assert result["base"] == recorded["base_id"]
+    assert result["base_kept"] == published["base"]  # publish pushed it beside the image
     assert result["source"] == catalog.resolve(RELEASE).meta["source"]
     # latest-tpu names no release: the check is told which.
     r = _check(registry, f"latest-{PLATFORM}", keys[1], "--release", RELEASE)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pax.images import build, publish, sbom, target
+from pax.images import build, frozen, publish, sbom, target
 from pax.images import engine as image_engine
 from pax.images import registry as registry_api
 from pax.paths import ROOT
@@ -107,6 +107,11 @@ def test_publish_over_tls_with_credentials(registry, published, image):
     assert "pax-verify: ok" in published["verify"]
     labels = json.loads(_docker("image", "inspect", image).stdout)[0]["Config"]["Labels"]
     assert published["sbom"]["sha256"] == labels[sbom.SBOM_LABEL]
+    # The base went beside it, served by digest with the base's own ID as its config.
+    base_repo, base_tag = frozen.base_ref("", labels["io.pax.base.id"])[1:].split(":")
+    served_base = client.manifest(base_repo, base_tag)
+    assert published["base"] == f"{address}/{base_repo}@{served_base[0]}"
+    assert json.loads(served_base[1])["config"]["digest"] == labels["io.pax.base.id"]
     # docker-registry 2.x deletes manifests, not tags: the candidate stays, at the same digest.
     candidate = published["candidate"]
     if not candidate["deleted"]:

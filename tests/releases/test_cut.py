@@ -105,6 +105,7 @@ def test_cut_writes_locks_pins_tables_commit_branch_and_tag(clone):
     assert meta["date"] == NOW.astimezone().date()
     assert meta["python"] == f"{sys.version_info.major}.{sys.version_info.minor}"
     assert meta["base_image"] == release.LOCAL_BASE_IMAGE  # what the images are built on
+    assert meta["image_recipe"] == "source"  # and by whom: the release's own tree, for good
     assert meta["resolved_before"] == NOW
     assert meta["notes"].strip()
     # The headline versions are those the unpinned cpu compile resolved, numpy is not one.
