@@ -71,8 +71,9 @@ def _in_env(session: nox.Session, module: str, defaults=None, platform=True, or_
 
 @nox.session
 def test(session: nox.Session) -> None:
-    """This checkout's tests on a release's pins: `test -- [RELEASE] [PLATFORM] [--full] [ARGS]`;
-    on a TPU or GPU host, PLATFORM tpu|gpu runs the accelerator tier in that env, one process."""
+    """This checkout's tests on a release's pins: `test -- [RELEASE] [PLATFORM] [--full] [ARGS]`.
+
+    On a TPU or GPU host, PLATFORM tpu|gpu runs the accelerator tier in that env, one process."""
     args = list(session.posargs)
     release, platform = _release_platform(session, args)
     env = _env(session, release, platform)
@@ -95,8 +96,11 @@ def train(session: nox.Session) -> None:
 
 @nox.session
 def decode(session: nox.Session) -> None:
-    """Continue prompts from runs/tiny's checkpoint: `decode -- [RELEASE] [PLATFORM] [--prompt=T]`."""
-    _in_env(session, "pax.main", {**runs.TINY, "--mode": "decode_once"})
+    """Text from a run's newest checkpoint: `decode -- [RELEASE] [PLATFORM] [--job_log_dir=D]`.
+
+    runs/tiny by default, decoded as it was trained (its config.json's experiment and --set
+    values); pax.main's decoding flags follow (`--prompt=T`, docs/decoding.md)."""
+    _in_env(session, "pax.main", runs.DECODE)
 
 
 @nox.session
@@ -173,8 +177,10 @@ def bisect(session: nox.Session) -> None:
 
 @nox.session
 def release(session: nox.Session) -> None:
-    """Cut a release (locks, tests, commits, rX.Y.Z, vX.Y.Z, image IDs): `release -- X.Y.Z
-    [--recreate | --record-images [PLATFORM...]]`."""
+    """Cut a release (locks, tests, commits, tags, image IDs): `release -- X.Y.Z [--recreate]`.
+
+    `release -- X.Y.Z --record-images [PLATFORM...]` records the images of a release cut before;
+    the branch is rX.Y.Z, the tag vX.Y.Z."""
     args = list(session.posargs)
     if "--record-images" in args:  # a release cut before: its images' IDs, the locks untouched
         args.remove("--record-images")
@@ -236,8 +242,9 @@ def compare(session: nox.Session) -> None:
 
 @nox.session
 def references(session: nox.Session) -> None:
-    """Re-record a reference band: `references -- [RELEASE] [PLATFORM] [--help]` (tpu, gpu: the
-    band of that platform, in its env, shipped beside the CPU one)."""
+    """Re-record a reference band: `references -- [RELEASE] [PLATFORM] [--help]`.
+
+    tpu, gpu: the band of that platform, recorded in its env, shipped beside the CPU one."""
     args = list(session.posargs)
     release, platform = _release_platform(session, args)
     with _errors(session):

@@ -11,8 +11,9 @@ import sys
 from absl import app, flags, logging
 
 from pax import envinfo
+from pax.decode import decoder as decoder_lib
+from pax.decode import job as decode_job
 from pax.decode import options as decode_options
-from pax.decode import run as decode_run
 from pax.errors import PaxError, UsageError, report
 from pax.experiments import base, describe, overrides, registry
 from pax.parallel import accelerator, distributed
@@ -99,29 +100,32 @@ def main(argv):
         experiment_cls = overrides.apply(registered, _SET.value)
         print(describe.describe(experiment_cls, registry.name_of(registered)))
         return 0
-    if not _EXP.value:
+    decoding = _MODE.value in ("decode_once", "decode")
+    if not _EXP.value and not decoding:  # decoding takes the run's own (pax.decode.job)
         raise UsageError("--exp is required, e.g. --exp=tasks.lm.params.lm_cloud.LmCloudSpmdTiny")
     if not _JOB_LOG_DIR.value:
         raise UsageError("--job_log_dir is required, e.g. --job_log_dir=runs/tiny")
     if _MODE.value in ("train", "eval"):  # the modes that write into it
         loop.check_job_dir(_JOB_LOG_DIR.value)
-    registered = registry.get(_EXP.value)
-    name = registry.name_of(registered)
     # Flags that are hyper-parameters, applied like --set so config.json records them.
     flag_sets = [f"DATA_DIR={_DATA_DIR.value!r}"] if _DATA_DIR.value else []
     if _PMAP_USE_TENSORSTORE.value is not None:
         flag_sets.append(f"PMAP_USE_TENSORSTORE={_PMAP_USE_TENSORSTORE.value}")
-    experiment_cls = overrides.apply(registered, _SET.value + flag_sets)
+    exp, sets, as_trained = _EXP.value, _SET.value + flag_sets, None
+    if decoding:
+        exp, sets, as_trained = decode_job.experiment_and_sets(_JOB_LOG_DIR.value, exp, sets)
+    registered = registry.get(exp)
+    name = registry.name_of(registered)
+    experiment_cls = overrides.apply(registered, sets)
     base.resolve(experiment_cls)  # every value checked before any process joins or writes
     distributed.initialize(_SERVER_ADDR.value, _NUM_HOSTS.value, _HOST_IDX.value)
     accelerator.claim()  # a chip another process holds: one line naming it, before any output
-    decoding = _MODE.value in ("decode_once", "decode")
     # Decoding reads no training input (a C4 experiment decodes --prompt without its data).
     run = loop.prepare(experiment_cls(), with_data=not decoding)
     # Decoding's own checks (checkpoint vs experiment, tokenizer, prompts, sampling) come
     # before the first log line too.
     decoder = (
-        decode_run.Decoder(
+        decoder_lib.Decoder(
             run, _JOB_LOG_DIR.value, decode_options.from_flags(), _MODE.value == "decode_once"
         )
         if decoding
@@ -131,10 +135,12 @@ def main(argv):
     # the environment, and says so loudly when it is not exactly a release lock.
     env = envinfo.describe()
     (logging.info if env["state"] == "exact" else logging.warning)("%s", envinfo.summary(env))
+    if as_trained:
+        logging.info("%s", as_trained)
     if _MODE.value == "decode_once":
-        decode_run.decode_once(decoder)
+        decoder_lib.decode_once(decoder)
     elif _MODE.value == "decode":
-        decode_run.follow(decoder)
+        decoder_lib.follow(decoder)
     elif _MODE.value == "eval":
         loop.evaluate(run, _JOB_LOG_DIR.value, name, _ALLOW_ENV_CHANGE.value)
     else:

@@ -264,8 +264,8 @@ def _check_against_job(job_dir: str, run, tokenizer_path) -> None:
     if differ:
         shown = ", ".join(f"{k} {trained[k]!r} (now {now[k]!r})" for k in differ[:4])
         raise UsageError(
-            f"{path}: the run was trained with {shown}; decode with the --exp and --set it was "
-            "trained with"
+            f"{path}: the run was trained with {shown}; drop the --set that changes it "
+            "(decoding takes the run's own from its config.json)"
         )
     trained_tokenizer = next(
         (d.get("tokenizer_path") for d in written.get("datasets", []) if d.get("is_training")),
@@ -308,9 +308,11 @@ def decode_once(decoder: Decoder) -> list[dict]:
     finally:
         checkpointer.close()
     records = decoder.decode(variables, step)
+    # Pax's name for the file holds the step alone: a second decode of it replaces the first's.
+    replaces = os.path.isfile(output_path(decoder.job_dir, decoder.name, step))
     path = decoder.write(step, records)
     if jax.process_index() == 0:
-        print(_show(records, step, decoder.sampling.method, path), flush=True)
+        print(_show(records, step, decoder.sampling.method, path, replaces), flush=True)
     return records
 
 
@@ -318,8 +320,9 @@ def _has_dir(checkpointer) -> bool:
     return os.path.isdir(checkpointer.directory)
 
 
-def _show(records: list[dict], step: int, method: str, path: str) -> str:
-    lines = [f"{step_name(step)}, {method}: {len(records)} prompt(s) -> {path}"]
+def _show(records: list[dict], step: int, method: str, path: str, replaces: bool) -> str:
+    replaced = " (replacing an earlier decode of this step)" if replaces else ""
+    lines = [f"{step_name(step)}, {method}: {len(records)} prompt(s) -> {path}{replaced}"]
     for r in records:
         lines += [
             f"--- prompt {r['index']} ({r['prompt_tokens']} tokens)",

@@ -9,6 +9,8 @@ TINY = {
     "--exp": "tasks.lm.params.lm_cloud.LmCloudSpmdTiny",
     "--job_log_dir": "runs/tiny",
 }
+# Decoding takes the experiment and its --set values from the job directory (pax.decode.job).
+DECODE = {"--job_log_dir": TINY["--job_log_dir"], "--mode": "decode_once"}
 
 
 def with_defaults(args: list[str], defaults: dict[str, str]) -> list[str]:

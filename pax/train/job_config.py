@@ -106,19 +106,32 @@ def _resumable(path: str) -> bool:
 
 
 def _sets_back(differences) -> str:
-    """`--set NAME=VALUE ...` restoring the differing hyper-parameters, each once, quoted for the
-    shell. Only the task's own fields: `datasets` repeats what the task derives (the training
-    input's seed is SEED's), so their leaves would name the wrong hyper-parameter."""
+    """`--set NAME=VALUE ...` restoring the differing hyper-parameters, quoted for the shell."""
+    return " ".join(f"--set {shlex.quote(s)}" for s in _restoring(differences))
+
+
+def sets_restoring(written: dict, config: dict, skip: tuple[str, ...] = ()) -> list[str]:
+    """`NAME=VALUE` overrides that give `config` (a resolved experiment, as config.json holds
+    one) the hyper-parameters `written` records, where they differ; leaves under the dotted
+    paths in `skip` are left as `config` has them."""
+    differences = _differences(written, as_written(config))
+    return _restoring([d for d in differences if not d[0].startswith(skip)])
+
+
+def _restoring(differences) -> list[str]:
+    """`NAME=VALUE` for each differing hyper-parameter, once. Only the task's own fields:
+    `datasets` repeats what the task derives (the training input's seed is SEED's), so their
+    leaves would name the wrong hyper-parameter."""
     values = {}
     for path, old, _ in differences:
         name = path.rsplit(".", 1)[-1].upper()
         if path.startswith("task.") and old is not _ABSENT and hasattr(BaseExperiment, name):
             values.setdefault(name, []).append(old)
-    return " ".join(
-        f"--set {shlex.quote(f'{name}={_literal(olds[0])}')}"
+    return [
+        f"{name}={_literal(olds[0])}"
         for name, olds in sorted(values.items())
         if all(o == olds[0] for o in olds)
-    )
+    ]
 
 
 def _literal(value) -> str:
