@@ -2,6 +2,7 @@
 (pax.environments.sessions; the table in docs/troubleshooting.md#exit-status): each session is
 started here with an input its command refuses, and nothing of nox's own failure lines follows."""
 
+import ast
 import re
 import subprocess
 import sys
@@ -69,6 +70,22 @@ def assert_ends_with_one_line(result, status: int, line: str) -> None:
 
 def test_every_session_has_a_case():
     assert set(CASES) == nox_sessions()
+
+
+def test_every_description_nox_lists_is_whole():
+    """`./noxw -l` shows a docstring's first line: it is a sentence of its own."""
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    firsts = {
+        node.name: ast.get_docstring(node).split("\n")[0]
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name in CASES
+    }
+    cut = {
+        name: line
+        for name, line in firsts.items()
+        if not line.endswith(".") or line.count("`") % 2 or line.count("(") != line.count(")")
+    }
+    assert len(firsts) == len(CASES) and not cut, cut
 
 
 @pytest.mark.parametrize("session", sorted(CASES))
