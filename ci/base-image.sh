@@ -7,6 +7,8 @@
 #                                 # images are built only on the base it records, by ID
 #   ci/base-image.sh --load FILE  # bring a kept base back, same ID, into the Docker engine and
 #                                 # buildah's store under $PAX_BASE_IMAGE (default pax-base:bookworm)
+#   PAX_BASE_ARCHIVE=FILE ci/base-image.sh   # --load FILE instead of building (CI, after a
+#                                            # Debian point release: the recorded base)
 #
 # mmdebstrap makes a minimal Debian bookworm (python3 is 3.11 there, matching the locks) as a
 # tarball that is the same bytes for the same package set: files dated PAX_BASE_EPOCH, the host's
@@ -16,6 +18,7 @@
 # buildah's store (which `./noxw -s build` builds from, pinned by ID) and in the Docker engine.
 # Users with a registry can skip this and pass --base-image python:3.11-slim-bookworm instead.
 set -euo pipefail
+if [ -z "${1:-}" ] && [ -n "${PAX_BASE_ARCHIVE:-}" ]; then set -- --load "$PAX_BASE_ARCHIVE"; fi
 FILE="${2:+$(realpath -m -- "$2")}"  # --save/--load FILE, named from the caller's directory
 cd "$(dirname "$0")/.."
 
