@@ -8,13 +8,16 @@ they produce:
               for Linux x86_64 CPython, catalog.PYTHON) into wheelhouse/<release>-<platform>/
   build       pax wheel of the release's source commit + staged build context -> buildah
               (no network, dated by the source commit, pinned base) into the Docker engine;
+              a frozen release (image_recipe = "source") is staged by its own tree, and a
+              release that records a base or builder is refused on another;
               `pax:<release>-<platform>` is tagged only when the build (including pip's hash
               check, pip check and the lock comparison) succeeded. --dev: this checkout's pax
               on the release's locks, tagged `pax:<release>-<platform>-dev.<sha>[.dirty]`
   verify      build twice from scratch: the same image ID, or the files that differ; then that
               ID against the one the release records (release.toml [images]), or why not
   record      build the release's images and write their IDs, layers and base into its
-              release.toml's [images] (the cut does; `./noxw -s release -- X --record-images`)
+              release.toml's [images] (the cut does; `./noxw -s release -- X --record-images`
+              for a release that records none; one that has a record is refused)
   smoke       run the image offline on the tiny experiment and check the job directory
   publish     over HTTPS to HOST:PORT with the Docker config's credentials: push under a
               candidate tag, pull back by the registry's digest and verify, then move

@@ -1,7 +1,8 @@
-"""An image's build context: the recipe (this checkout's Dockerfiles for the platform, joined into
+"""An image's build context: the recipe (the Dockerfiles for the platform under ROOT, joined into
 one, and the in-image check with its lock reader), the lock, the wheels, the pax wheel, the env's
 identity file, the SBOM and the provenance statement, all dated by the source commit; and the build
-arguments that name them. Everything that decides the image's bytes is here."""
+arguments that name them. Everything that decides the image's bytes is here. ROOT is this
+checkout, or for a frozen release its own exported tree, where pax.images.stage runs this."""
 
 from __future__ import annotations
 
