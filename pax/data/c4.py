@@ -272,9 +272,9 @@ class C4Dataset:
             self._batches, self.bad_records = self._pending["batches"], self._pending["bad_records"]
             self._pending = None
 
-    def batch(self, index: int, batch_size: int, rows: slice = slice(None)) -> dict:
+    def batch(self, index: int, batch_size: int, rows: slice | np.ndarray = slice(None)) -> dict:
         """Batch `index`: the next one in the stream (index 0 starts the stream afresh)."""
-        count = len(range(batch_size)[rows])
+        count = len(np.arange(batch_size)[rows])
         if self._iter is None or (index == 0 and self._batches):
             self._start(count)
         if index != self._batches and self._batches == 0:

@@ -44,7 +44,7 @@ class WindowDataset:
         """Batches in one pass over the whole split; None for random windows (no end)."""
         return -(-self.num_windows // batch_size) if self.whole else None
 
-    def batch(self, index: int, batch_size: int, rows: slice = slice(None)) -> dict:
+    def batch(self, index: int, batch_size: int, rows: slice | np.ndarray = slice(None)) -> dict:
         if self.whole:
             window = index * batch_size + np.arange(batch_size)[rows]
             real = window < self.num_windows
@@ -67,7 +67,7 @@ class SyntheticDataset:
     def __init__(self, vocab_size: int, seq_len: int, seed: int):
         self.vocab_size, self.seq_len, self.seed = vocab_size, seq_len, seed
 
-    def batch(self, index: int, batch_size: int, rows: slice = slice(None)) -> dict:
+    def batch(self, index: int, batch_size: int, rows: slice | np.ndarray = slice(None)) -> dict:
         rng = np.random.default_rng([self.seed, index])
         tokens = rng.integers(
             0, self.vocab_size, size=(batch_size, self.seq_len + 1), dtype=np.int32

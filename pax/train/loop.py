@@ -81,18 +81,17 @@ def prepare(experiment, devices=None, with_data: bool = True) -> Run:
     train_cfg = next(d for d in datasets if d.is_training)
     vocab = task.model.vocab_size
     train_data = data.build(train_cfg, vocab) if with_data else None
-    if not pmap:
-        rows = placement.process_rows(mesh, global_batch)
-        if (
-            with_data
-            and data.stream(train_data) is not None
-            and rows != placement.process_stripe(global_batch)
-        ):
-            raise UsageError(
-                f"this process's devices hold batch rows {rows.start}..{rows.stop - 1}, which "
-                "other processes share (the mesh's `mdl` spans hosts), but a C4 stream gives each "
-                "process rows of its own; put only `data`/`replica` across hosts (DCN_MESH_SHAPE)"
-            )
+    if (
+        not pmap
+        and with_data
+        and data.stream(train_data) is not None
+        and placement.shares_rows(mesh, global_batch)
+    ):
+        raise UsageError(
+            "devices of several processes hold the same batch rows (the mesh's `mdl` or `stage` "
+            "spans hosts), but a C4 stream gives each process rows of its own; put only "
+            "`data`/`replica` across hosts (DCN_MESH_SHAPE)"
+        )
     if (
         with_data
         and pmap
