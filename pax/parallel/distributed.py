@@ -16,6 +16,7 @@ from absl import logging
 # jax's own cluster detection has no public entry point short of initialize(), which fails where
 # there is no cluster; its registry is read here and only here (tests pin the contract).
 from jax._src import clusters
+from jax._src.clusters import cloud_tpu_cluster
 
 from pax.errors import UsageError
 
@@ -23,8 +24,11 @@ from pax.errors import UsageError
 # that is unreachable (a container, a GKE pod without metadata access) can hold jax's requests
 # for minutes of timeouts and retries.
 DETECTION_TIMEOUT_S = 10.0
-# Where a TPU host learns its slice's other workers (GKE and TPU VMs alike).
+# Where a TPU host learns its slice's other workers (GKE and TPU VMs alike), in jax's order.
 _TPU_WORKER_VARS = ("TPU_PROCESS_ADDRESSES", "TPU_WORKER_HOSTNAMES")
+# The warning's reason is cut to this many characters: with absl's prefix (level, time, thread
+# id, file:line: up to ~58), the line stays under 160 characters.
+_REASON_WIDTH = 50
 
 
 class DetectionFailed(Exception):
@@ -35,15 +39,20 @@ def detect_cluster(timeout_s: float = DETECTION_TIMEOUT_S) -> Optional[tuple[str
     """The cluster jax.distributed.initialize() would join on its own: (kind, process count).
 
     Same candidates in the same order as jax's auto-detection, opt-in ones (mpi4py) left out as
-    jax does; None where there is none (a plain single-host run). Raises DetectionFailed where
-    a candidate raises (a metadata server that is not there) or takes longer than timeout_s:
-    it runs in a daemon thread, so a hung request is left behind, not waited for.
+    jax does, and the TPU ones where the TPU worker variables name one host or none (a one-host
+    TPU VM or pod: no metadata server is asked); None where there is none (a single-host run).
+    Raises DetectionFailed where a candidate raises (a metadata server that is not there) or
+    takes longer than timeout_s: it runs in a daemon thread, so a hung request is left behind,
+    not waited for.
     """
     outcome: dict = {}
+    skip_tpu = _one_tpu_host()
 
     def detect():
         try:
             for env in clusters.ClusterEnv._cluster_types:
+                if skip_tpu and issubclass(env, cloud_tpu_cluster.BaseTpuCluster):
+                    continue
                 outcome["env"] = env.__name__
                 if not env.opt_in_only_method and env.is_env_present():
                     outcome["found"] = (env.__name__, env.get_process_count())
@@ -65,6 +74,17 @@ def detect_cluster(timeout_s: float = DETECTION_TIMEOUT_S) -> Optional[tuple[str
     return outcome["found"]
 
 
+def _one_tpu_host() -> bool:
+    """Whether the TPU worker variables name this host alone (or no host) and no other slice is
+    named: jax's TPU candidates could then only find a one-process job, and asking a metadata
+    server for it is what takes time (seconds to a deadline where none answers)."""
+    named = next((os.environ[var] for var in _TPU_WORKER_VARS if var in os.environ), None)
+    if named is None:  # a TPU VM's workers come from its metadata server: ask it
+        return False
+    hosts = [h for h in named.split(",") if h.strip()]
+    return len(hosts) <= 1 and os.environ.get("MEGASCALE_NUM_SLICES", "1").strip() in ("", "1")
+
+
 def _hosts_named_by_environment() -> tuple[int, str]:
     """How many hosts the TPU worker variables list, and which variable said so (0, "")."""
     for var in _TPU_WORKER_VARS:
@@ -84,7 +104,8 @@ def _undetected(why: DetectionFailed, num_hosts: int) -> None:
             "MEGASCALE_NUM_SLICES=1 (or the slice count) and MEGASCALE_SLICE_ID where no metadata "
             "server answers, or pass --server_addr=HOST:PORT --num_hosts=N --host_idx=I"
         )
-    logging.warning("cluster detection could not complete (%s): running on this host alone", why)
+    reason = str(why) if len(str(why)) <= _REASON_WIDTH else str(why)[: _REASON_WIDTH - 1] + "…"
+    logging.warning("no cluster detected (%s); running on this host alone", reason)
 
 
 def join_args(

@@ -5,8 +5,10 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
+from absl import logging as absl_logging
 from jax._src import clusters
 from jax._src.clusters import cloud_tpu_cluster
 
@@ -160,32 +162,97 @@ def test_two_slurm_tasks_join_without_flags(tmp_path):
     assert joined == [[0, 2, 4, [0, 1]], [1, 2, 4, [0, 1]]]
 
 
-def _tpu_host_without_metadata(monkeypatch, hostnames: str):
-    """A TPU host (or GKE pod) whose worker variables are set and whose metadata server is not
-    there: jax's own metadata lookup is pointed at the discard port of this host, where
-    nothing listens (and which a host without loopback networking cannot reach either)."""
+def _tpu_host_without_metadata(monkeypatch, hostnames: str | None):
+    """A TPU host (or GKE pod) whose metadata server is not there: jax's own metadata lookup is
+    pointed at the discard port of this host, where nothing listens (and which a host without
+    loopback networking cannot reach either). hostnames: TPU_WORKER_HOSTNAMES (a GKE pod's;
+    None: a TPU VM's, whose workers jax asks the metadata server for)."""
     closed = "127.0.0.1:9"
     monkeypatch.setattr(cloud_tpu_cluster, "running_in_cloud_tpu_vm", True)
-    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", hostnames)
-    monkeypatch.setenv("TPU_WORKER_ID", "0")
-    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "true")
     monkeypatch.setenv("GCE_METADATA_IP", closed)
+    if hostnames is not None:
+        monkeypatch.setenv("TPU_WORKER_HOSTNAMES", hostnames)
+        monkeypatch.setenv("TPU_WORKER_ID", "0")
+        monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "true")
+
+
+@pytest.fixture
+def metadata_asked(monkeypatch):
+    """The metadata keys jax asks for; each request fails as an unreachable server does."""
+    asked = []
+
+    def unreachable(key):
+        asked.append(key)
+        raise ConnectionError(
+            "HTTPConnectionPool(host='metadata.google.internal', port=80): Max retries exceeded "
+            f"with url: /computeMetadata/v1/instance/attributes/{key} (Caused by "
+            "NewConnectionError: Failed to establish a new connection: [Errno 111] refused)"
+        )
+
+    monkeypatch.setattr(cloud_tpu_cluster, "get_metadata", unreachable)
+    return asked
+
+
+@pytest.mark.parametrize(
+    "var,hosts",
+    [
+        ("TPU_WORKER_HOSTNAMES", "localhost"),
+        ("TPU_WORKER_HOSTNAMES", ""),
+        ("TPU_PROCESS_ADDRESSES", "10.0.0.2:8476"),
+    ],
+    ids=["one-host", "no-host", "one-process-address"],
+)
+def test_a_tpu_host_that_names_itself_alone_asks_no_metadata_server(
+    monkeypatch, caplog, metadata_asked, var, hosts
+):
+    monkeypatch.setattr(cloud_tpu_cluster, "running_in_cloud_tpu_vm", True)
+    monkeypatch.setenv(var, hosts)
+    monkeypatch.setenv("TPU_WORKER_ID", "0")
+    start = time.monotonic()
+    with caplog.at_level("WARNING"):
+        assert distributed.join_args(None, 1, None) is None
+    assert time.monotonic() - start < 1.0  # no deadline waited for
+    assert metadata_asked == [] and caplog.records == []
+
+
+def test_a_tpu_host_of_several_slices_is_still_detected(monkeypatch, metadata_asked):
+    # One host per slice, two slices (Megascale): jax's GKE candidate counts two processes.
+    _tpu_host_without_metadata(monkeypatch, "localhost")
+    monkeypatch.setenv("MEGASCALE_NUM_SLICES", "2")
+    monkeypatch.setenv("MEGASCALE_SLICE_ID", "0")
+    assert distributed.detect_cluster() == ("GkeTpuCluster", 2)
+
+
+def test_a_tpu_vm_whose_metadata_server_is_not_there_runs_alone_with_one_short_warning(
+    monkeypatch, caplog, metadata_asked
+):
+    """No worker variables: a TPU VM's workers come from its metadata server, which is asked."""
+    _tpu_host_without_metadata(monkeypatch, None)
+    with caplog.at_level("WARNING"):
+        assert distributed.join_args(None, 1, None) is None
+    assert metadata_asked == ["agent-worker-number"]
+    (record,) = caplog.records
+    assert record.getMessage().startswith("no cluster detected (GceTpuCluster: ConnectionError")
+    assert record.getMessage().endswith("; running on this host alone")
+    # The line as pax.main prints it (absl's prefix: level, time, thread id, file:line).
+    record.thread = 2**64 - 1  # the widest thread id absl prints
+    line = absl_logging.PythonFormatter().format(record)
+    assert len(line) < 160, line
 
 
 @pytest.mark.accelerator
-def test_a_single_tpu_host_without_metadata_runs_alone_with_one_warning(monkeypatch, caplog):
-    _tpu_host_without_metadata(monkeypatch, "localhost")
-    # jax itself fails here: it asks the metadata server for MEGASCALE_NUM_SLICES (with
-    # `requests`, which the tpu lock has and the cpu lock does not: either way, an exception).
+def test_a_tpu_vm_without_metadata_runs_alone(monkeypatch, caplog):
+    _tpu_host_without_metadata(monkeypatch, None)
+    # jax itself fails here: it asks the metadata server (with `requests`, which the tpu lock
+    # has and the cpu lock does not: either way, an exception).
     with pytest.raises(Exception):
-        cloud_tpu_cluster.GkeTpuCluster.get_process_count()
-    with pytest.raises(distributed.DetectionFailed, match=r"^GkeTpuCluster: \w+Error: "):
+        cloud_tpu_cluster.GceTpuCluster.is_env_present()
+    with pytest.raises(distributed.DetectionFailed, match=r"^GceTpuCluster: \w+Error: "):
         distributed.detect_cluster()
     with caplog.at_level("WARNING"):
         assert distributed.join_args(None, 1, None) is None
     (line,) = [r.getMessage() for r in caplog.records]
-    assert line.startswith("cluster detection could not complete (GkeTpuCluster: ")
-    assert line.endswith("running on this host alone")
+    assert line.startswith("no cluster detected (GceTpuCluster: ")
 
 
 @pytest.mark.accelerator
@@ -204,7 +271,7 @@ def test_several_tpu_hosts_without_metadata_is_a_usage_error_naming_what_to_set(
 
 @pytest.mark.accelerator
 def test_num_hosts_on_an_undetectable_host_is_a_usage_error(monkeypatch):
-    _tpu_host_without_metadata(monkeypatch, "localhost")
+    _tpu_host_without_metadata(monkeypatch, None)
     with pytest.raises(UsageError, match=r"could not complete .* and --num_hosts=2: set"):
         distributed.join_args(None, 2, None)
 
@@ -212,7 +279,6 @@ def test_num_hosts_on_an_undetectable_host_is_a_usage_error(monkeypatch):
 @pytest.mark.accelerator
 def test_a_detection_that_hangs_is_given_up_after_the_timeout(monkeypatch):
     import threading
-    import time
 
     release = threading.Event()
 
