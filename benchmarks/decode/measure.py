@@ -65,7 +65,7 @@ class _Setup:
     model: object
     variables: dict  # as initialized (the recompute side's)
     restored: dict  # read back as --mode=decode reads a checkpoint
-    decoded: dict  # `restored` laid out unrolled, as pax.decode.run does once
+    decoded: dict  # `restored` laid out unrolled, as pax.decode.decoder does once
     prompt_batch: object
     batch: int
     peak: float
@@ -93,7 +93,7 @@ def measure(
     ((_, prompt_batch),) = prompts_lib.batches(prompts, batch, 1, cfg.seq_len)
     with tempfile.TemporaryDirectory() as directory:
         restored = restored_variables(variables, mesh, directory)
-    # Laid out as pax.decode.run lays out a checkpoint, once.
+    # Laid out as pax.decode.decoder lays out a checkpoint, once.
     decoded = jax.jit(lambda v: unscan(v, cfg.num_layers))(restored)
     peak = mfu.measure_matmul_peak(cfg.fprop_dtype)
     bandwidth = measure_read_bandwidth(64 if small else 256)

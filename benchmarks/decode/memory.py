@@ -15,8 +15,8 @@ import orbax.checkpoint as ocp
 
 from benchmarks.decode.sizes import activation_bytes, cache_bytes, parameter_bytes
 from pax.checkpoint.manager import step_name
+from pax.decode.decoder import restore_parts
 from pax.decode.generate import Generator, decode_model, decode_step, unscan
-from pax.decode.run import restore_parts
 from pax.decode.sampling import Sampling
 from pax.models import kv_cache
 from pax.parallel import sharding
@@ -65,7 +65,7 @@ def step_memory(cfg, variables, batch: int, span: int) -> dict:
 def restored_variables(variables, mesh, directory: str) -> dict:
     """`variables` as decoding gets them from a run: saved in `directory` with twice their
     size of optimizer statistics beside them (Adam's two moments), read back by
-    pax.decode.run's partial restore, which reads the parameters only."""
+    pax.decode.decoder's partial restore, which reads the parameters only."""
     state = {"params": variables["params"], "opt_state": [variables["params"]] * 2}
     path = os.path.join(directory, step_name(0), "state")
     ocp.PyTreeCheckpointer().save(path, state)
@@ -80,7 +80,7 @@ def restored_variables(variables, mesh, directory: str) -> dict:
 
 
 def memory(cfg, mesh, variables, prompt_batch, new: int, repeats: int = 0) -> dict:
-    """Decoding's peak memory, as pax.decode.run decodes (weights unrolled once per
+    """Decoding's peak memory, as pax.decode.decoder decodes (weights unrolled once per
     checkpoint), beside its parts; and what decoding straight from the stacked weights would
     cost: bytes (its peak - the unrolled one's) and, with `repeats`, seconds (median call on
     stacked weights - median call on unrolled ones)."""

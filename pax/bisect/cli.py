@@ -43,7 +43,7 @@ from pathlib import Path
 from pax import paths
 from pax.bisect import search as bisect_search
 from pax.bisect.groups import make_groups, order_groups
-from pax.bisect.report import Run, format_report, report_json
+from pax.bisect.report import Findings, format_report, report_json
 from pax.bisect.rule import FLAKY, Rule
 from pax.bisect.steps import InputError, Trials
 from pax.environments import index
@@ -255,7 +255,7 @@ def check_command_name(command: list[str], scripts: set[str], log) -> None:
     )
 
 
-def _bisect(args: argparse.Namespace, run: Run, out: Path, log) -> None:
+def _bisect(args: argparse.Namespace, run: Findings, out: Path, log) -> None:
     good = _load("--good", args.good, args.platform)
     bad = _load("--bad", args.bad, args.platform)
     run.good, run.bad = good.label, bad.label
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None, log=None) -> int:
     except UsageError as err:
         return report(PROGRAM, err)
     log(f"output folder {out}")
-    run = Run(out, args.command, args.rule)
+    run = Findings(out, args.command, args.rule)
     started = time.monotonic()
 
     def write_report() -> str:

@@ -16,8 +16,9 @@ from pax.bisect.steps import Step, Trials
 
 
 @dataclasses.dataclass
-class Run:
-    """Everything a report is made of; the parts a run did not reach stay empty."""
+class Findings:
+    """What a bisection found: everything its report is made of (parts it did not reach stay
+    empty)."""
 
     out: Path
     command: list[str]
@@ -59,11 +60,11 @@ def _describe_groups(groups: list[Group]) -> str:
     return " + ".join(g.describe() for g in groups)
 
 
-def culprit_groups(run: Run) -> list[Group]:
+def culprit_groups(run: Findings) -> list[Group]:
     return [run.groups[i] for i in run.outcome.culprit] if run.outcome else []
 
 
-def flaky_warning(run: Run) -> str:
+def flaky_warning(run: Findings) -> str:
     if not run.mixed and not run.contested:
         return ""
     parts = []
@@ -75,7 +76,7 @@ def flaky_warning(run: Run) -> str:
     return f"   [warning: COMMAND is flaky: {', '.join(parts)}{advice}]"
 
 
-def verdict_line(run: Run) -> str:
+def verdict_line(run: Findings) -> str:
     """One line: what the bisect found. The first and the last line of the report."""
     if run.error:
         return f"RESULT   error: {run.error}"
@@ -109,7 +110,7 @@ def _tail_lines(text: str, n: int = 8) -> list[str]:
     return (text or "").rstrip().splitlines()[-n:]
 
 
-def _judged(run: Run, state, title: str, verdict: str) -> str:
+def _judged(run: Findings, state, title: str, verdict: str) -> str:
     """`on GOOD: BAD (step 7: 0/5 passed, step 8: 0/5 passed)`: a claim and its evidence."""
     steps = run.trials.history.get(state, []) if run.trials else []
     if not steps:
@@ -118,7 +119,7 @@ def _judged(run: Run, state, title: str, verdict: str) -> str:
     return f"{title}: {verdict.upper()} ({evidence})"
 
 
-def _culprit_lines(run: Run) -> list[str]:
+def _culprit_lines(run: Findings) -> list[str]:
     outcome = run.outcome
     if outcome is None or not outcome.culprit:
         return []
@@ -171,7 +172,7 @@ def _culprit_lines(run: Run) -> list[str]:
     return lines
 
 
-def _flaky_lines(run: Run) -> list[str]:
+def _flaky_lines(run: Findings) -> list[str]:
     judged = [(s.verdict, s.votes) for s in run.steps if s.votes]
     estimate = estimate_flake(judged)
     if not run.mixed and not run.contested and not estimate.failed:
@@ -192,7 +193,7 @@ def _flaky_lines(run: Run) -> list[str]:
     return lines
 
 
-def _steps_lines(run: Run) -> list[str]:
+def _steps_lines(run: Findings) -> list[str]:
     steps = run.steps
     built = [s for s in steps if s.built]
     cold = [s.build["seconds"] for s in built if s.build["kind"] == "cold"]
@@ -223,7 +224,7 @@ def _steps_lines(run: Run) -> list[str]:
     return lines
 
 
-def format_report(run: Run) -> str:
+def format_report(run: Findings) -> str:
     head = verdict_line(run)
     lines = [head, f"GOOD     {run.good}", f"BAD      {run.bad}"]
     lines.append(f"COMMAND  {shlex.join(run.command)}")
@@ -251,7 +252,7 @@ def format_report(run: Run) -> str:
     return "\n".join(lines)
 
 
-def report_json(run: Run) -> dict:
+def report_json(run: Findings) -> dict:
     outcome = run.outcome
     steps = run.steps
     judged = [(s.verdict, s.votes) for s in steps if s.votes]

@@ -8,6 +8,7 @@ and `./noxw -s plot|compare|references`.
 """
 
 from pax.curves.compare import CANNOT_JUDGE, INSIDE, OUTSIDE, Verdict, judge, judge_recorded
+from pax.curves.job_dir import CannotJudge, CurvesError, Run, read_metrics, read_run
 from pax.curves.reference import (
     METRICS,
     Check,
@@ -18,7 +19,6 @@ from pax.curves.reference import (
     make_stats,
     reference_names,
 )
-from pax.curves.runs import CannotJudge, CurvesError, Run, read_metrics, read_run
 
 
 def plot(job_dirs, out_png, reference=None, **kwargs):

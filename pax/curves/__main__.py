@@ -24,8 +24,8 @@ from pax.curves.compare import (
     recorded_run,
     run_platform,
 )
+from pax.curves.job_dir import CannotJudge, CurvesError, read_run
 from pax.curves.reference import load_reference, reference_for, reference_names
-from pax.curves.runs import CannotJudge, CurvesError, read_run
 from pax.errors import USAGE, UsageError, report
 
 

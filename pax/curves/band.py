@@ -32,8 +32,8 @@ from pathlib import Path
 from pax import paths
 from pax.curves import CurvesError, faults
 from pax.curves import record as curves_record
+from pax.curves.job_dir import read_metrics
 from pax.curves.reference import REFERENCES_DIR, Reference, load_reference, shipped_name
-from pax.curves.runs import read_metrics
 
 DEFAULT_EXPERIMENT = "tasks.lm.params.lm_cloud.LmCloudSpmdTiny"
 DEFAULT_SEEDS = "1-10"

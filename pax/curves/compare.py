@@ -24,8 +24,8 @@ import math
 from pathlib import Path
 
 from pax.curves import stats
+from pax.curves.job_dir import CannotJudge, CurvesError, Run
 from pax.curves.reference import RUN_LENGTH, Reference, Stat, config_differences, flat_config
-from pax.curves.runs import CannotJudge, CurvesError, Run
 from pax.train import manifest as history
 
 INSIDE, OUTSIDE, CANNOT_JUDGE = 0, 1, 125

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pax.curves import stats
 from pax.curves.compare import Verdict
+from pax.curves.job_dir import CurvesError, Run, read_run
 from pax.curves.reference import CHECK_METRIC, Reference, load_reference, split_label
-from pax.curves.runs import CurvesError, Run, read_run
 
 COLORS = ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C8", "C9"]
 

@@ -13,8 +13,8 @@ import dataclasses
 import datetime as _dt
 from pathlib import Path
 
+from pax.curves.job_dir import CurvesError, read_run
 from pax.curves.reference import ALPHA, TRAIN_WINDOW, Reference, flat_config
-from pax.curves.runs import CurvesError, read_run
 from pax.train import manifest as history
 
 MANIFEST_KEYS = ("release", "lock_sha256", "git_revision", "python", "headline_packages", "devices")

@@ -26,7 +26,7 @@ import math
 from pathlib import Path
 
 from pax.curves import stats
-from pax.curves.runs import CurvesError
+from pax.curves.job_dir import CurvesError
 
 SCHEMA = 2
 METRICS = ("loss", "log_pplx")  # what a reference keeps of each run (and plot draws)

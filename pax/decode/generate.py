@@ -132,7 +132,7 @@ def make_generate(
     Repeated layers are decoded unrolled, each layer's parameters and cache their own arrays:
     under nn.scan a step would slice every layer's cache out of a stacked one and stack the
     updated slices back, copying the whole cache at every step. Variables come laid out
-    unrolled (`unscan`, as pax.decode.run lays out a checkpoint once) or as `model` has them;
+    unrolled (`unscan`, as pax.decode.decoder lays out a checkpoint once) or as `model` has them;
     then every call slices each layer's weights out of the stack, a copy of them all for as
     long as the call runs (benchmarks/decode/memory.py prices it).
     """

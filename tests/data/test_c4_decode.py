@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("grain")  # release 1.5.0 on
 
 from pax.data import tokenizers  # noqa: E402
-from pax.decode import run as decode_run  # noqa: E402
+from pax.decode import decoder as decoder_lib  # noqa: E402
 from pax.decode.options import Options  # noqa: E402
 from pax.errors import UsageError  # noqa: E402
 from pax.train import loop  # noqa: E402
@@ -18,7 +18,7 @@ from tests.helpers import derive  # noqa: E402
 
 def _decoder(experiment_cls, job, **options):
     run = loop.prepare(experiment_cls(), devices=jax.devices()[:1], with_data=False)
-    return decode_run.Decoder(run, str(job), Options(**options), need_checkpoint=True)
+    return decoder_lib.Decoder(run, str(job), Options(**options), need_checkpoint=True)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_sentencepiece_prompts_and_completions(spm_run, spm_model, capsys):
     tokenizer = tokenizers.build(spm_model)
     decoder = _decoder(experiment, job, num_prompts=2, prompt_tokens=12, max_new_tokens=6)
     assert decoder.name == "c4"
-    records = decode_run.decode_once(decoder)
+    records = decoder_lib.decode_once(decoder)
     out = job / "decoder_out" / "c4" / "decoder_out_6_shard_0.jsonl"
     assert [json.loads(line) for line in out.read_text().splitlines()] == records
     assert len(records) == 2

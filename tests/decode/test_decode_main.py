@@ -10,7 +10,7 @@ import jax
 import pytest
 
 from pax import paths
-from pax.decode import run as decode_run
+from pax.decode import decoder as decoder_lib
 from pax.decode.options import Options
 from pax.decode.sampling import Sampling
 from pax.errors import UsageError
@@ -202,7 +202,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(pax_main, job, args, me
 def test_more_bad_input_is_a_usage_error_before_anything_runs(trained, attrs, options, message):
     run = loop.prepare(derive(Tiny, **attrs)(), devices=jax.devices()[:1], with_data=False)
     with pytest.raises(UsageError) as e:
-        decode_run.Decoder(run, str(trained), Options(**{"prompts": ("x",), **options}), True)
+        decoder_lib.Decoder(run, str(trained), Options(**{"prompts": ("x",), **options}), True)
     assert message in str(e.value)
     assert not (trained / "decoder_out").exists()
 

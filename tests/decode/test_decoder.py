@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from pax.decode import decoder as decoder_lib
 from pax.decode import generate as gen
-from pax.decode import run as decode_run
 from pax.decode.options import Options
 from pax.models.transformer import TransformerLm
 from pax.train import loop, placement
@@ -44,14 +44,14 @@ def _checkpointed(experiment_cls, job, devices):
 
 def _decode(run, job):
     options = Options(prompts=PROMPTS, max_new_tokens=6)
-    return decode_run.decode_once(decode_run.Decoder(run, str(job), options, True))
+    return decoder_lib.decode_once(decoder_lib.Decoder(run, str(job), options, True))
 
 
 def _reference(params, cfg):
     """The same prompts through the plain model on one device."""
     one = derive(Tiny, NUM_LAYERS=cfg.num_layers)
     run = loop.prepare(one(), devices=jax.devices()[:1], with_data=False)
-    decoder = decode_run.Decoder(run, "/nonexistent", Options(prompts=PROMPTS, max_new_tokens=6))
+    decoder = decoder_lib.Decoder(run, "/nonexistent", Options(prompts=PROMPTS, max_new_tokens=6))
     records = decoder.decode({"params": jax.tree.map(jnp.asarray, params)}, 6)
     return [(r["completion"], r["completion_tokens"]) for r in records]
 
@@ -88,7 +88,7 @@ def test_decoding_reads_the_parameters_only(tmp_path, mesh):
     _, state = _checkpointed(derive(Tiny, OPTIMIZER="adafactor", **extra), tmp_path, devices)
     adam = loop.prepare(derive(Tiny, **extra)(), devices=devices, with_data=False)
     options = Options(prompts=PROMPTS, max_new_tokens=6)
-    decoder = decode_run.Decoder(adam, str(tmp_path), options, True)
+    decoder = decoder_lib.Decoder(adam, str(tmp_path), options, True)
     variables = decoder.variables(decoder.checkpointer(), 6)
     assert set(variables) == {"params"}
     jax.tree.map(

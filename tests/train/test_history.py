@@ -15,8 +15,8 @@ import pytest
 
 from pax.errors import UsageError
 from pax.train import loop, manifest
+from tests.checkpoint.test_resume import ROOT, _snapshot
 from tests.helpers import OTHER, Tiny, derive, read_metrics, refusal, train
-from tests.train.test_resume import ROOT, _snapshot
 
 PAX = os.path.join(ROOT, "pax")
 
