@@ -8,6 +8,7 @@ Standard library only: every layer imports it.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 FAILURE = 1  # the work was tried and failed
@@ -49,3 +50,11 @@ def report(program: str, err: BaseException, file=None) -> int:
     """Print `PROGRAM: error: MESSAGE` on stderr; the exit status for `err`."""
     print(f"{program}: error: {err}", file=file or sys.stderr, flush=True)
     return getattr(err, "exit_code", FAILURE)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors are a UsageError (one line, `(see --help)`), not its usage
+    block and exit: the command's own `report` prints it."""
+
+    def error(self, message):
+        raise UsageError(f"{message} (see --help)")

@@ -19,10 +19,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from pax.errors import UsageError, report
+from pax.errors import ArgumentParser, UsageError, report
 from pax.experiments import overrides  # jax-free: classes of numbers
 from pax.experiments import registry as experiments
-from pax.launch import xla_flags
+from pax.launch import plans, xla_flags
 from pax.releases import catalog as dist_release
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -177,7 +177,14 @@ def _tpu_values(
     )
 
 
-def render(
+def render(release: str, target: str, exp: str, sets: list[str] = (), **options) -> str:
+    """The filled-in manifest (JobSet YAML) or batch script; UsageError on bad input. OPTIONS:
+    template_values's."""
+    values = template_values(release, target, exp, sets, **options)
+    return fill((TEMPLATES / TARGETS[target][0]).read_text(), values)
+
+
+def template_values(
     release: str,
     target: str,
     exp: str,
@@ -190,11 +197,11 @@ def render(
     name: str | None = None,
     job_log_dir: str | None = None,
     pvc: str = "pax-runs",
-) -> str:
-    """The filled-in manifest (JobSet YAML) or batch script; UsageError on bad input."""
+) -> dict:
+    """The template's values, checked (UsageError on bad input)."""
     if target not in TARGETS:
         raise UsageError(f"unknown target {target!r}: one of {', '.join(TARGETS)}")
-    template, platform = TARGETS[target]
+    platform = TARGETS[target][1]
     if dist_release.list_releases():  # a checkout: the release must be one of its cut ones
         try:
             release = dist_release.resolve(release).version
@@ -246,11 +253,11 @@ def render(
         )
     quote = shlex.quote if target == "slurm" else (lambda arg: "- " + json.dumps(arg))
     values["sets"] = [quote(f"--set={s}") for s in sets]
-    return fill((TEMPLATES / template).read_text(), values)
+    return values
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m pax.launch",
         description="Print a JobSet manifest (tpu, gpu) or Slurm batch script (slurm) that "
         "starts RELEASE's image across hosts.",
@@ -280,9 +287,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
+    """Write the manifest or script (stdout, or -o); on stderr, what was written for which
+    hosts and slice, and a warning for what is not known to work."""
     try:
-        text = render(
+        a = parser().parse_args(argv)
+        values = template_values(
             a.release,
             a.target,
             a.exp,
@@ -295,12 +304,61 @@ def main(argv: list[str] | None = None) -> int:
             job_log_dir=a.job_log_dir,
             pvc=a.pvc,
         )
+        warnings = _warnings(a.target, a.registry, a.set, values)
     except UsageError as err:
-        return report("pax cluster", err)
+        return report(PROGRAM, err)
+    text = fill((TEMPLATES / TARGETS[a.target][0]).read_text(), values)
     if a.output is None:
         sys.stdout.write(text)
     else:
         a.output.write_text(text)
         if a.target == "slurm":
             a.output.chmod(0o755)
+    print(f"{PROGRAM}: {summary(a.target, values, a.output)}", file=sys.stderr)
+    for line in warnings:
+        print(f"{PROGRAM}: warning: {line}", file=sys.stderr)
     return 0
+
+
+PROGRAM = "pax cluster"
+
+
+def summary(target: str, values: dict, output: Path | None) -> str:
+    """One line: what was written, for which experiment, hosts, slice and image."""
+    where = f"wrote {output}" if output else "printed"
+    n = values["hosts"]
+    hosts = f"{n} host{'s' if n > 1 else ''}"
+    if target == "tpu":
+        hosts = (
+            f"a TPU {values['tpu_slice']} slice ({values['tpu_accelerator']}, topology "
+            f"{values['tpu_topology']}: {hosts} x {values['chips_per_host']} chips)"
+        )
+    else:
+        hosts += f" x {values['gpus_per_host']} GPUs"
+    kind = "Slurm batch script" if target == "slurm" else "JobSet"
+    return f"{where}: {kind} {values['name']}, {values['exp']} on {hosts}, image {values['image']}"
+
+
+def _warnings(target: str, registry: str | None, sets: list[str], values: dict) -> list[str]:
+    """What the cluster may not run: a local image name (refused for a JobSet, which pulls),
+    a TPU slice no recorded plan shows working."""
+    image = values["image"]
+    if registry is None and target != "slurm":
+        raise UsageError(
+            f"no --registry: a cluster cannot pull the local image {image}; publish it "
+            f"(./noxw -s publish -- {values['release']} {TARGETS[target][1]} --registry=HOST) "
+            "and pass --registry=HOST"
+        )
+    found = []
+    if registry is None:
+        found.append(
+            f"no --registry: the script runs the local image {image}, which each node must "
+            "have (PAX_RUNTIME=docker), or PAX_IMAGE names one; pass --registry=HOST for "
+            "pyxis and apptainer, which pull it"
+        )
+    if target == "tpu":
+        slice_warning = plans.warning(
+            values["exp"], list(sets), values["tpu_slice"], values["tpu_topology"]
+        )
+        found += [slice_warning] if slice_warning else []
+    return found
