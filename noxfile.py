@@ -22,7 +22,7 @@ from benchmarks import table as bench_table
 from pax.bisect import cli as bisect_cli
 from pax.curves import band as refs
 from pax.docs import blocks as doc_blocks
-from pax.environments import runs, sessions, testtools, venv
+from pax.environments import job_flags, sessions, testtools, venv
 from pax.errors import UsageError
 from pax.images import cli as images_cli
 from pax.launch import render as launch
@@ -64,7 +64,7 @@ def _in_env(session: nox.Session, module: str, defaults=None, platform=True, or_
         _release_platform(session, args) if platform else (_release(session, args), "cpu")
     )
     env = _env(session, release, platform)
-    args = runs.with_defaults(args, defaults) if defaults else args or list(or_args)
+    args = job_flags.with_defaults(args, defaults) if defaults else args or list(or_args)
     sessions.run([env.python, "-m", module, *args], env.session_env(), log=session.log)
     return args
 
@@ -90,7 +90,7 @@ def test(session: nox.Session) -> None:
 @nox.session
 def train(session: nox.Session) -> None:
     """Train the tiny LM: `train -- [RELEASE] [PLATFORM] [--exp=... --job_log_dir=... ...]`."""
-    for line in runs.job_report(_in_env(session, "pax.main", runs.TINY), ROOT):
+    for line in job_flags.job_report(_in_env(session, "pax.main", job_flags.TINY), ROOT):
         session.log(line)
 
 
@@ -100,7 +100,7 @@ def decode(session: nox.Session) -> None:
 
     runs/tiny by default, decoded as it was trained (its config.json's experiment and --set
     values); pax.main's decoding flags follow (`--prompt=T`, docs/decoding.md)."""
-    _in_env(session, "pax.main", runs.DECODE)
+    _in_env(session, "pax.main", job_flags.DECODE)
 
 
 @nox.session

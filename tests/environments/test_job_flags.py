@@ -1,39 +1,39 @@
-"""What nox's sessions take apart before running pax in a release env (pax.environments.runs,
+"""What nox's sessions take apart before running pax in a release env (pax.environments.job_flags,
 pax.releases.catalog.pop_*, pax.releases.compile.main, pax.images.cli.run_command)."""
 
 import pytest
 
-from pax.environments import runs
+from pax.environments import job_flags
 from pax.images import cli as images_cli
 from pax.releases import catalog
 from pax.releases import compile as locks
 
 
 def test_defaults_fill_only_what_the_caller_did_not_give():
-    assert runs.with_defaults(["--exp", "X", "--steps=3"], runs.TINY) == [
+    assert job_flags.with_defaults(["--exp", "X", "--steps=3"], job_flags.TINY) == [
         "--job_log_dir=runs/tiny",
         "--exp",
         "X",
         "--steps=3",
     ]
-    assert runs.with_defaults([], {"--a": "1"}) == ["--a=1"]
+    assert job_flags.with_defaults([], {"--a": "1"}) == ["--a=1"]
 
 
 def test_flag_value_reads_both_spellings():
-    assert runs.flag_value(["--job_log_dir=/a"], "--job_log_dir") == "/a"
-    assert runs.flag_value(["--job_log_dir", "/b"], "--job_log_dir") == "/b"
-    assert runs.flag_value(["--job_log_dir"], "--job_log_dir") is None
+    assert job_flags.flag_value(["--job_log_dir=/a"], "--job_log_dir") == "/a"
+    assert job_flags.flag_value(["--job_log_dir", "/b"], "--job_log_dir") == "/b"
+    assert job_flags.flag_value(["--job_log_dir"], "--job_log_dir") is None
 
 
 def test_job_report_names_metrics_or_their_absence(tmp_path):
     flags = ["--job_log_dir=job"]
-    assert runs.job_report(flags, tmp_path) == [
+    assert job_flags.job_report(flags, tmp_path) == [
         f"job dir: {tmp_path / 'job'}",
         f"metrics: {tmp_path / 'job' / 'metrics.jsonl (not written)'}",
     ]
     (tmp_path / "job" / "train").mkdir(parents=True)
     (tmp_path / "job" / "train" / "metrics.jsonl").write_text("{}\n")
-    assert runs.job_report(flags, tmp_path)[1:] == [
+    assert job_flags.job_report(flags, tmp_path)[1:] == [
         f"metrics: {tmp_path / 'job' / 'train' / 'metrics.jsonl'}"
     ]
 
@@ -59,7 +59,7 @@ def test_a_mistyped_platform_is_refused_before_the_release_is_looked_up(word):
 
 def test_what_follows_the_platform_is_left_alone():
     # flags, and pytest's targets (paths that exist, node ids)
-    for rest in (["--x"], ["tests"], ["tests/environments/test_runs.py::test_x"], ["-k", "y"]):
+    for rest in (["--x"], ["tests"], ["tests/environments/test_job_flags.py::test_x"], ["-k", "y"]):
         args = ["1.6.0", *rest]
         assert catalog.pop_release_and_platform(args)[1] == "cpu" and args == rest
     args = ["tpu", "tests"]
