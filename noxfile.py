@@ -25,11 +25,11 @@ from pax.docs import blocks as doc_blocks
 from pax.environments import job_flags, sessions, testtools, venv
 from pax.errors import UsageError
 from pax.images import cli as images_cli
-from pax.launch import render as launch
+from pax.launch import cli as launch
 from pax.paths import ROOT
 from pax.releases import catalog, cut
+from pax.releases import cli as releases_cli
 from pax.releases import compile as locks
-from pax.releases import diff as lock_diff
 
 nox.options.sessions = ["test"]
 # Every session runs in a venv this project makes itself (the tools venv, a pinned release env).
@@ -116,7 +116,7 @@ def env(session: nox.Session) -> None:
 def lock(session: nox.Session) -> None:
     """Recompile lockfiles: `lock -- RELEASE|nightly|tools [PLATFORM...]`."""
     with _errors(session):
-        locks.main(list(session.posargs), ROOT, log=session.log)
+        locks.lock_from_args(list(session.posargs), ROOT, log=session.log)
 
 
 def _images(session: nox.Session, command: str, usage: str) -> None:
@@ -166,7 +166,7 @@ def cluster(session: nox.Session) -> None:
 @nox.session
 def diff(session: nox.Session) -> None:
     """Diff two locks: `diff -- A B [--platform cpu] [--json]` (release, path or GITREV:path)."""
-    sessions.status(lock_diff.main(list(session.posargs)))
+    sessions.status(releases_cli.diff(list(session.posargs)))
 
 
 @nox.session

@@ -23,7 +23,7 @@ import jax
 
 from benchmarks import figures
 from pax.data import c4, tokenizers
-from pax.data.__main__ import train_spm
+from pax.data.tokenizers import train_spm
 from pax.experiments.config import DatasetConfig
 from pax.tasks.lm.params.c4 import C4Spmd1BAdam4Replicas, C4SpmdTinyAdam1Replica
 from pax.train import loop, mfu

@@ -1,7 +1,10 @@
-"""`python -m pax COMMAND`: commands that answer without importing jax (they work in a broken
-or half-installed environment, and inside the images).
+"""`python -m pax COMMAND`: a dispatcher of the commands that answer without importing jax
+(they work in a broken or half-installed environment, and inside the images).
 
   env [--json]    which environment this is: its release identity and any drift from its lock
+
+The trainer is `python -m pax.main`; each package's commands are `python -m pax.PACKAGE`
+(curves, data, launch, releases, images, bisect), every one `pax/PACKAGE/cli.py:main`.
 """
 
 import sys

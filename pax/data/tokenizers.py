@@ -4,6 +4,8 @@ SentencePiece (Pax's C4 runs used a 32k SentencePiece vocabulary) is loaded from
 the sentencepiece package is imported only then.
 """
 
+import gzip
+import json
 import os
 from typing import Optional
 
@@ -60,3 +62,45 @@ class SentencePieceTokenizer:
 def build(model_path: Optional[str]):
     """SentencePiece from `model_path`; byte-level when it is None."""
     return ByteTokenizer() if model_path is None else SentencePieceTokenizer(model_path)
+
+
+# Pax's C4 vocabularies follow T5's: pad 0, eos 1, unk 2, no bos.
+SPM_IDS = dict(pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+
+
+def _texts(paths: list[str]):
+    """Text of each line of plain files, or the `text` field of each record of .json.gz shards."""
+    for path in paths:
+        if path.endswith(".json.gz"):
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                for line in f:
+                    yield json.loads(line)["text"]
+        else:
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    if line.strip():
+                        yield line.rstrip("\n")
+
+
+def train_spm(
+    inputs: list[str],
+    model_prefix: str,
+    vocab_size: int,
+    model_type: str = "unigram",
+    max_sentences: int = 1_000_000,
+) -> str:
+    """Trains a SentencePiece model; returns the .model path."""
+    import sentencepiece
+
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(_texts(inputs)),
+        model_prefix=model_prefix,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        input_sentence_size=max_sentences,
+        shuffle_input_sentence=True,
+        character_coverage=1.0,
+        minloglevel=2,
+        **SPM_IDS,
+    )
+    return model_prefix + ".model"

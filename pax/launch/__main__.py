@@ -1,5 +1,5 @@
 import sys
 
-from pax.launch.render import main
+from pax.launch.cli import main
 
 sys.exit(main())

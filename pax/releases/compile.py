@@ -180,7 +180,7 @@ class LockUsage(UsageError, ValueError):
     """`lock` arguments that name nothing to lock."""
 
 
-def main(args: list[str], root: Path | None = None, log=print) -> None:
+def lock_from_args(args: list[str], root: Path | None = None, log=print) -> None:
     """`./noxw -s lock -- RELEASE|nightly|tools [PLATFORM...]`: LockUsage for bad arguments,
     UnknownRelease, LockError for a failed compile or a pin the lock does not honour."""
     root = root or paths.ROOT

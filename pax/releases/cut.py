@@ -41,7 +41,7 @@ import threading
 from pathlib import Path
 
 from pax import git, lockfile, paths
-from pax.errors import FAILURE, USAGE, PaxError, report
+from pax.errors import FAILURE, USAGE, PaxError
 from pax.releases import compile as dist_lock
 from pax.releases import readme, source
 from pax.releases.catalog import (
@@ -345,16 +345,3 @@ def cut_from_args(
         except (source.SourceError, UnknownRelease) as err:
             raise CutError(f"{err}") from None
     return cut(args.version, root, skip_tests=args.skip_tests, base_image=args.base_image, **kwargs)
-
-
-def main(argv: list[str] | None = None, root: Path | None = None, **kwargs) -> int:
-    """`python -m pax.releases.cut X.Y.Z [--skip-tests] [--base-image IMAGE]`: 0 when cut."""
-    try:
-        cut_from_args(argv, root, **kwargs)
-    except RuntimeError as err:  # CutError, a failed pip-compile, a pin the lock does not honour
-        return report("pax release", err)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

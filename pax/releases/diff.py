@@ -7,22 +7,19 @@ A lock may be named four ways (`load`):
   GITREV:path/to/lock.txt             a lockfile as committed at GITREV (`git show`)
   image                               inside a pax image: the lock it was built from
 
-  python -m pax.releases.diff A B [--platform cpu] [--json]      (nox: ./noxw -s diff -- A B)
+  python -m pax.releases diff A B [--platform cpu] [--json]      (nox: ./noxw -s diff -- A B)
 
 Locks, pins and version order are pax.lockfile's.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import os
-import sys
 from pathlib import Path
 
 from pax import git, lockfile, paths
-from pax.errors import UsageError, report
+from pax.errors import UsageError
 from pax.lockfile import Lock, Pin, version_key
 from pax.releases import catalog as dist_release
 
@@ -220,39 +217,3 @@ def format_diff(a: Lock, b: Lock, changes: list[Change]) -> str:
     if majors:
         lines.append(f"MAJOR: {majors} major-version jump(s) (for 0.x versions, the minor)")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="pax.releases.diff",
-        description="Diff two lockfiles or releases.",
-        epilog="A and B: a release (1.4.0, nightly), a lockfile path, or GITREV:path/to/lock.txt",
-    )
-    parser.add_argument("a")
-    parser.add_argument("b")
-    parser.add_argument(
-        "--platform",
-        default="cpu",
-        choices=dist_release.LOCK_PLATFORMS,
-        help="which lock of a release (default: cpu)",
-    )
-    parser.add_argument("--json", action="store_true", help="print the changes as JSON")
-    args = parser.parse_args(argv)
-    try:
-        a, b = load(args.a, args.platform), load(args.b, args.platform)
-    except LockSpecError as err:
-        return report("pax diff", err)
-    changes = diff(a.pins, b.pins)
-    if args.json:
-        print(
-            json.dumps(
-                {"a": a.label, "b": b.label, "changes": [c.as_json() for c in changes]}, indent=2
-            )
-        )
-    else:
-        print(format_diff(a, b, changes))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

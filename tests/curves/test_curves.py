@@ -24,7 +24,7 @@ from pax.curves import (
     record,
     stats,
 )
-from pax.curves.__main__ import main
+from pax.curves.cli import main
 from pax.curves.reference import config_differences, flat_config
 from pax.paths import ROOT
 from tests.curves.conftest import EVAL, config_for, synthetic_rows
@@ -32,7 +32,7 @@ from tests.curves.conftest import EVAL, config_for, synthetic_rows
 
 def test_imports_without_jax_numpy_or_matplotlib():
     code = (
-        "import sys, pax.curves, pax.curves.__main__, pax.curves.record; "
+        "import sys, pax.curves, pax.curves.cli, pax.curves.record; "
         "bad = [m for m in ('jax', 'numpy', 'matplotlib') if m in sys.modules]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )

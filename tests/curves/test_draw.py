@@ -3,7 +3,7 @@
 import pytest
 
 from pax.curves import CurvesError, load_reference, plot
-from pax.curves.__main__ import main
+from pax.curves.cli import main
 
 pytest.importorskip("matplotlib")
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pax.curves import __main__ as cli
+from pax.curves import cli
 from pax.curves import reference
 
 

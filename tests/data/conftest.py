@@ -16,7 +16,7 @@ def shards(tmp_path_factory):
 def spm_model(shards, tmp_path_factory):
     """A 300-piece SentencePiece model trained on the train shards by `python -m pax.data spm`."""
     pytest.importorskip("sentencepiece")
-    from pax.data.__main__ import main
+    from pax.data.cli import main
 
     prefix = tmp_path_factory.mktemp("spm") / "c4_300"
     assert (

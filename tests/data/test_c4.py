@@ -252,7 +252,7 @@ def test_missing_sentencepiece_model_is_a_usage_error(tmp_path):
 
 
 def test_inspect_prints_examples_and_token_counts(shards, spm_model, capsys):
-    from pax.data.__main__ import main
+    from pax.data.cli import main
 
     assert (
         main(

@@ -1,5 +1,5 @@
 """What nox's sessions take apart before running pax in a release env (pax.environments.job_flags,
-pax.releases.catalog.pop_*, pax.releases.compile.main, pax.images.cli.run_command)."""
+pax.releases.catalog.pop_*, pax.releases.compile.lock_from_args, pax.images.cli.run_command)."""
 
 import pytest
 
@@ -75,7 +75,7 @@ def test_what_follows_the_platform_is_left_alone():
 )
 def test_lock_usage(args, message):
     with pytest.raises(locks.LockUsage, match=message):
-        locks.main(args)
+        locks.lock_from_args(args)
 
 
 def test_image_commands_need_release_and_platform():

@@ -24,6 +24,7 @@ from jax._src.clusters.slurm_cluster import SlurmCluster
 
 from pax.errors import UsageError
 from pax.experiments import registry
+from pax.launch import cli as launch_cli
 from pax.launch import render as cluster
 from pax.paths import ROOT
 
@@ -329,7 +330,7 @@ def _job_env(tmp_path, bin_dir, log, **more):
 def test_slurm_script_starts_one_pax_process_per_node(runtime, tmp_path):
     script = tmp_path / "run.sbatch"
     assert (
-        cluster.main(
+        launch_cli.main(
             [
                 RELEASE,
                 "slurm",
@@ -532,14 +533,14 @@ def test_slurm_script_passes_sigterm_on_to_the_tasks_and_exits_with_their_status
 )
 def test_bad_requests_exit_2_with_one_line_and_write_nothing(args, message, tmp_path, capsys):
     out = tmp_path / "manifest.yaml"
-    assert cluster.main([RELEASE, *args, "-o", str(out)]) == 2
+    assert launch_cli.main([RELEASE, *args, "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pax cluster: error: ") and err.count("\n") == 1 and message in err
     assert not out.exists()
 
 
 def test_unknown_release_is_named_with_the_known_ones(capsys):
-    assert cluster.main(["9.9.9", "gpu", "--exp=C4Spmd16BAdam32Replicas"]) == 2
+    assert launch_cli.main(["9.9.9", "gpu", "--exp=C4Spmd16BAdam32Replicas"]) == 2
     assert "unknown release '9.9.9'; known releases: " in capsys.readouterr().err
 
 

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from pax.launch import cli as launch_cli
 from pax.launch import plans
 from pax.launch import render as cluster
 
@@ -36,7 +37,7 @@ def recorded(tmp_path, monkeypatch):
 
 def _cluster(tmp_path, capsys, *args):
     out = tmp_path / "out.yaml"
-    code = cluster.main([RELEASE, *args, "-o", str(out)])
+    code = launch_cli.main([RELEASE, *args, "-o", str(out)])
     return code, out, capsys.readouterr().err.splitlines()
 
 

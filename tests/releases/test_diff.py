@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pax.lockfile import Pin
+from pax.releases import cli as releases_cli
 from pax.releases import diff
 
 # Package: its version in lock A and in lock B (None: not in that lock).
@@ -132,13 +133,13 @@ def test_unreadable_lock_is_one_line(tmp_path, monkeypatch):
 
 
 def test_cli_usage_error_exits_2(capsys):
-    assert diff.main(["no-such-lock.txt", "9.9.9"]) == 2
+    assert releases_cli.diff(["no-such-lock.txt", "9.9.9"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pax diff: error: ") and len(err.strip().splitlines()) == 1
 
 
 def test_cli_on_the_real_releases(capsys):
-    assert diff.main(["1.3.0", "1.4.0"]) == 0
+    assert releases_cli.diff(["1.3.0", "1.4.0"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("1.3.0 (releases/1.3.0/cpu.txt) -> 1.4.0 (releases/1.4.0/cpu.txt)")
     assert "jax " in out

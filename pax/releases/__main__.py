@@ -1,0 +1,5 @@
+import sys
+
+from pax.releases.cli import main
+
+sys.exit(main())
