@@ -1,13 +1,15 @@
 # Sourced by ci/gpu_check.sh and ci/gpu_bench.sh: picks the release's pinned Python.
 #
 # In: ROOT, TOOL (the caller's name, for messages), die(), and the caller's "$@" after its own options ([RELEASE] [-- FLAGS]); with
-# PAX_FORCE_CPU=1 the cpu env even where a GPU is present (gpu_bench.sh --dry-run).
+# PAX_FORCE_CPU=1 the cpu env even where a GPU is present (gpu_bench.sh --dry-run); with
+# WANT_PLATFORM=gpu the gpu env whatever the machine, built from its lock when missing.
 # Out: RELEASE, PLATFORM, PYTHON, exported XLA_FLAGS, and ARGS (the FLAGS after `--`).
 #
 # Python: $PAX_PYTHON if set; else the release's pinned env .venv/pax-<RELEASE>-gpu (-cpu on a
 # machine without an NVIDIA GPU), built by ./noxw from releases/<RELEASE>/<platform>.txt and
-# checked against that lock here. Nothing is installed or fetched. XLA_FLAGS: the GPU image's
-# defaults (pax/launch/xla_flags.py) unless set. RELEASE defaults to the newest cut release.
+# checked against that lock here. Nothing is installed or fetched, but the env WANT_PLATFORM
+# names where it is missing. XLA_FLAGS: the GPU image's defaults (pax/launch/xla_flags.py)
+# unless set. RELEASE defaults to the newest cut release.
 
 RELEASE=""
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then RELEASE="$1"; shift; fi
@@ -27,12 +29,18 @@ PLATFORM=cpu
 if [ "${PAX_FORCE_CPU:-0}" != 1 ] && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   PLATFORM=gpu
 fi
+PLATFORM="${WANT_PLATFORM:-$PLATFORM}"
 
 if [ -n "${PAX_PYTHON:-}" ]; then
   PYTHON="$PAX_PYTHON"
 else
   ENV_DIR="$ROOT/.venv/pax-$RELEASE-$PLATFORM"
   LOCK="$ROOT/releases/$RELEASE/$PLATFORM.txt"
+  if [ -n "${WANT_PLATFORM:-}" ] && [ ! -x "$ENV_DIR/bin/python" ]; then
+    echo "$TOOL: no $PLATFORM env for release $RELEASE: building it from $LOCK (./noxw -s env)"
+    (cd "$ROOT" && ./noxw -s env -- "$RELEASE" "$PLATFORM" >/dev/null) \
+      || die "could not build $ENV_DIR from $LOCK ('./noxw -s env -- $RELEASE $PLATFORM' says why)"
+  fi
   [ -x "$ENV_DIR/bin/python" ] \
     || die "no $PLATFORM env for release $RELEASE at $ENV_DIR; build it with" \
            "'./noxw -s train -- $RELEASE $PLATFORM' (it builds the env first), or set PAX_PYTHON"

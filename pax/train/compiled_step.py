@@ -5,9 +5,15 @@ fed from the experiment's own input pipeline, without the loop's I/O around it).
 import time
 
 import jax
+import jax.numpy as jnp
 
 from pax.experiments import registry
-from pax.train import loop, placement
+from pax.parallel import sharding
+from pax.train import placement
+from pax.train.instantiate import instantiate
+
+# The train step's batch: token ids, next-token targets, loss weights.
+BATCH = (("inputs", jnp.int32), ("targets", jnp.int32), ("weights", jnp.float32))
 
 
 def one_device(name: str, batch=None, **overrides):
@@ -30,12 +36,36 @@ def one_device(name: str, batch=None, **overrides):
     return type(cls.__name__, (cls,), {**attrs, **overrides})()
 
 
+def lower_for(experiment, devices):
+    """(run, placement, lowered step) of an experiment's SPMD train step for `devices`, which
+    need not be this host's (compile-only devices of a GPU topology): its state and batch as
+    shapes, nothing allocated or read."""
+    run = instantiate(experiment, devices=devices)
+    place = placement.Spmd(run)
+    spec = sharding.batch_sharding(run.mesh)
+    shape = (run.global_batch, run.task.model.seq_len)
+    batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=spec) for k, dtype in BATCH}
+    return run, place, place.train_step.lower(place.abstract, batch)
+
+
+def plan_bytes(compiled) -> int:
+    """A compiled step's memory per device: arguments + outputs - donated aliases +
+    temporaries, from the compiler's own plan (memory_analysis)."""
+    m = compiled.memory_analysis()
+    return (
+        m.argument_size_in_bytes
+        + m.output_size_in_bytes
+        - m.alias_size_in_bytes
+        + m.temp_size_in_bytes
+    )
+
+
 class CompiledStep:
     """An experiment's SPMD train step on `devices`, compiled on construction, its state
     initialized and `num_batches` batches of its training input placed on the devices."""
 
     def __init__(self, experiment, devices, num_batches: int = 2):
-        self.run = loop.prepare(experiment, devices=devices)
+        self.run = instantiate(experiment, devices=devices)
         place = placement.Spmd(self.run)
         self.abstract = place.abstract
         self.batches = [place.batch(self.run.train_data, i) for i in range(num_batches)]

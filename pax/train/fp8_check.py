@@ -15,23 +15,34 @@ import argparse
 import re
 import sys
 
-import jax
-import numpy as np
-
 from pax.errors import UsageError, report
-from pax.experiments import registry
-from pax.train import compiled_step, mfu
-from pax.train import state as state_lib
+from pax.parallel import gpu_targets
 
 GPU_EXPERIMENT = "C4Spmd1BAdam4Replicas"
 CPU_EXPERIMENT = "LmCloudSpmdTiny"
 F8_GEMM = "__cublas$lt$matmul$f8"
 # Lowered (pre-optimization) dots with an FP8 operand: what the rewrite starts from.
 _F8_DOT = re.compile(r"stablehlo\.dot_general.*tensor<[^>]*xf8E(4M3FN|5M2)>")
+_GEMM = re.compile(r'custom_call_target="(__cublas\$(?:lt\$matmul|gemm)[^"]*)"')
 VARIANTS = (("bf16", False), ("fp8", True))
+PROGRAM = "pax fp8 check"
+
+
+def f8_gemms(hlo: str) -> int:
+    return hlo.count(f'custom_call_target="{F8_GEMM}"')
+
+
+def f8_dots(lowered_text: str) -> int:
+    return len(_F8_DOT.findall(lowered_text))
 
 
 def measure(name: str, use_fp8: bool, steps: int, batch=None) -> dict:
+    import jax
+
+    from pax.experiments import registry
+    from pax.train import compiled_step, mfu
+    from pax.train import state as state_lib
+
     experiment = compiled_step.one_device(name, batch, USE_FP8=use_fp8)
     step = compiled_step.CompiledStep(experiment, jax.devices()[:1], steps + 1)
     hlo = step.compiled.as_text()
@@ -57,8 +68,8 @@ def measure(name: str, use_fp8: bool, steps: int, batch=None) -> dict:
         "tokens_per_s": tokens / step_s,
         "mfu": flops / step_s / peak["flops"],
         "losses": losses,
-        "f8_gemms": hlo.count(f'custom_call_target="{F8_GEMM}"'),
-        "f8_dots_lowered": len(_F8_DOT.findall(step.lowered.as_text())),
+        "f8_gemms": f8_gemms(hlo),
+        "f8_dots_lowered": f8_dots(step.lowered.as_text()),
     }
 
 
@@ -68,35 +79,188 @@ def _fp8_capable(device) -> bool:
     return capability is not None and tuple(map(int, str(capability).split("."))) >= (8, 9)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def fp8_matmuls(abstract_state) -> int:
+    """The model's FP8 einsums as it runs them forward: one `input_scale` per FP8 einsum, stacked
+    once per layer (and stage) that runs it. Backward runs two per forward one (the input's and
+    the weight's gradients)."""
+    import jax
+
+    from pax.models import fp8
+
+    leaves = jax.tree_util.tree_leaves_with_path(abstract_state.get(fp8.OWG, {}))
+    return sum(
+        leaf.size for path, leaf in leaves if jax.tree_util.keystr(path[-1:]) == "['input_scale']"
+    )
+
+
+def _gemm_problems(fp8: dict, rewrite_expected: bool) -> list[str]:
+    """What is wrong with the FP8 step's GEMMs: FP8 dots missing, or left to other kernels."""
+    if not fp8["f8_dots_lowered"]:
+        return ["the FP8 step has no FP8 dot_generals (USE_FP8 did not take effect)"]
+    if rewrite_expected and fp8["f8_gemms"] < fp8["f8_dots_lowered"]:
+        return [
+            f"XLA rewrote {fp8['f8_gemms']} of the FP8 step's {fp8['f8_dots_lowered']} FP8 "
+            "dot_generals into cuBLASLt FP8 GEMMs; the rest run as other kernels (check "
+            "XLA_FLAGS: pax/launch/xla_flags.py holds the GPU image's)"
+        ]
+    return []
+
+
+def _verdict(problems: list[str]) -> int:
+    for p in problems:
+        print(f"FAIL: {p}")
+    print("OK" if not problems else "FAILED")
+    return 1 if problems else 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pax.train.fp8_check", description=__doc__.splitlines()[0]
+    )
     parser.add_argument(
-        "--exp", help=f"default: {GPU_EXPERIMENT} on a GPU, {CPU_EXPERIMENT} otherwise"
+        "--target",
+        help=f"compile for this GPU with the CUDA compiler, no GPU needed: one of "
+        f"{', '.join(gpu_targets.names())} (default {GPU_EXPERIMENT})",
+    )
+    parser.add_argument(
+        "--exp", help=f"default: {GPU_EXPERIMENT} on a GPU or --target, {CPU_EXPERIMENT} otherwise"
     )
     parser.add_argument(
         "--steps", type=int, help="timed steps per variant (default: 10 on a GPU, 3 otherwise)"
     )
     parser.add_argument("--batch", type=int, help="per-device batch (default: the experiment's)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if not args.target:
+        return on_this_device(args)
+    try:
+        target = gpu_targets.get(args.target)
+        if args.steps:
+            raise UsageError("--steps times a GPU run; --target compiles only")
+        if not target.fp8:
+            print(
+                f"{PROGRAM}: {target.describe()} has no FP8 tensor cores (compute capability "
+                f"{'.'.join(map(str, gpu_targets.FP8_CAPABILITY))} or newer has): nothing to check"
+            )
+            return 2
+        gpu_targets.compile_only()
+    except UsageError as e:
+        return report(PROGRAM, e)
+    return compiled_for(target, args.exp or GPU_EXPERIMENT, args.batch)
+
+
+def compiled_for(target, name: str, batch) -> int:
+    """The FP8 and BF16 steps of `name` on one `target` GPU, compiled by the CUDA compiler here:
+    the FP8 GEMMs XLA chose and each step's memory plan."""
+    import os
+
+    import jax
+
+    print(
+        f"{PROGRAM}: compile-only for {target.describe()} with the CUDA compiler of jax "
+        f"{jax.__version__} (no GPU needed: speed and training numerics are not measured)",
+        flush=True,
+    )
+    print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')}", flush=True)
+    try:
+        devices = gpu_targets.devices(target, 1)
+        results = [_compile_step(name, use_fp8, batch, devices) for _, use_fp8 in VARIANTS]
+    except UsageError as e:
+        return report(PROGRAM, e)
+    bf16, fp8 = results
+    print(
+        f"model: {fp8['experiment']}, {fp8['params'] / 1e9:.3f}B params, batch {fp8['batch']} "
+        f"on one {target.device}; FP8 dense matmuls per step: {fp8['fp8_matmuls']} forward + "
+        f"{2 * fp8['fp8_matmuls']} backward = {3 * fp8['fp8_matmuls']}"
+    )
+    for (label, _), v in zip(VARIANTS, results):
+        gemms = ", ".join(f"{n} {k}" for k, n in sorted(v["gemms"].items())) or "none"
+        print(
+            f"{label:5s} compiled in {v['compile_s']:5.1f} s: GEMM calls {gemms}; memory plan "
+            f"{v['plan_bytes'] / 2**30:.2f} GiB of {target.memory_bytes / 2**30:.1f} GiB"
+        )
+    print(
+        f"{F8_GEMM}: {fp8['f8_gemms']} in the FP8 step, for its {fp8['f8_dots_lowered']} FP8 "
+        f"dot_generals (one program per repeated layer body: the forward, its recomputation "
+        f"and the backward); bf16 step: {bf16['f8_gemms']}"
+    )
+    return _verdict(_gemm_problems(fp8, rewrite_expected=True))
+
+
+def _compile_step(name: str, use_fp8: bool, batch, devices) -> dict:
+    import time
+
+    from pax.experiments import registry
+    from pax.train import compiled_step
+    from pax.train import state as state_lib
+
+    # CPU_KERNELS=off: what `auto` resolves to on a GPU (this host's backend is the CPU).
+    experiment = compiled_step.one_device(name, batch, USE_FP8=use_fp8, CPU_KERNELS="off")
+    run, place, lowered = compiled_step.lower_for(experiment, devices)
+    start = time.perf_counter()
+    compiled = lowered.compile()
+    seconds = time.perf_counter() - start
+    hlo = compiled.as_text()
+    gemms = {}
+    for call in _GEMM.findall(hlo):
+        gemms[call] = gemms.get(call, 0) + 1
+    return {
+        "experiment": registry.name_of(registry.get(name)),
+        "params": state_lib.num_params(place.abstract, run.task.model),
+        "batch": run.global_batch,
+        "fp8_matmuls": fp8_matmuls(place.abstract),
+        "compile_s": seconds,
+        "gemms": gemms,
+        "f8_gemms": f8_gemms(hlo),
+        "f8_dots_lowered": f8_dots(lowered.as_text()),
+        "plan_bytes": compiled_step.plan_bytes(compiled),
+    }
+
+
+def on_this_device(args) -> int:
+    """BF16 against FP8 trained on this machine's first device."""
+    import jax
+    import numpy as np
+
     device = jax.devices()[0]
     gpu = device.platform == "gpu"
     name = args.exp or (GPU_EXPERIMENT if gpu else CPU_EXPERIMENT)
     steps = args.steps or (10 if gpu else 3)
     print(
-        f"pax fp8 check: jax {jax.__version__}, device 0 of {jax.device_count()}: "
+        f"{PROGRAM}: jax {jax.__version__}, device 0 of {jax.device_count()}: "
         f"{device.platform} ({device.device_kind})",
         flush=True,
     )
     if not gpu:
         print(
             "NO GPU PRESENT: running the tiny model on CPU to check the FP8 path end to end "
-            "(XLA emulates FP8); these figures say nothing about GPU speed.",
+            "(XLA emulates FP8); these figures say nothing about GPU speed (--target h100 "
+            "compiles for a GPU with the CUDA compiler).",
             flush=True,
         )
     try:
         results = [measure(name, use_fp8, steps, args.batch) for _, use_fp8 in VARIANTS]
     except UsageError as e:
-        return report("pax fp8 check", e)
+        return report(PROGRAM, e)
+    _print_measured(results, steps)
+    bf16, fp8 = results
+    finite = all(np.isfinite(v["losses"]).all() for v in results)
+    problems = [] if finite else ["a loss is not finite"]
+    problems += _gemm_problems(fp8, rewrite_expected=gpu and _fp8_capable(device))
+    if gpu and not _fp8_capable(device):
+        print(
+            f"note: {device.device_kind} has no FP8 tensor cores (compute capability < 8.9); XLA "
+            "runs the FP8 dots at higher precision"
+        )
+    if not gpu:
+        print("no GPU: cuBLASLt FP8 GEMMs and the speed-up were not measured")
+    return _verdict(problems)
+
+
+def _print_measured(results: list[dict], steps: int) -> None:
     r = results[0]
     c = r["model"]
     print(
@@ -122,26 +286,6 @@ def main(argv=None) -> int:
         f"optimized HLO (bf16 step: {bf16['f8_gemms']}); {fp8['f8_dots_lowered']} FP8 "
         "dot_generals in its lowered program"
     )
-    finite = all(np.isfinite(v["losses"]).all() for v in results)
-    problems = [] if finite else ["a loss is not finite"]
-    if not fp8["f8_dots_lowered"]:
-        problems.append("the FP8 step has no FP8 dot_generals (USE_FP8 did not take effect)")
-    if gpu and _fp8_capable(device) and not fp8["f8_gemms"]:
-        problems.append(
-            "XLA did not rewrite the FP8 dots into cuBLASLt FP8 GEMMs (check XLA_FLAGS: "
-            "Dockerfile.gpu sets the defaults)"
-        )
-    if gpu and not _fp8_capable(device):
-        print(
-            f"note: {device.device_kind} has no FP8 tensor cores (compute capability < 8.9); XLA "
-            "runs the FP8 dots at higher precision"
-        )
-    if not gpu:
-        print("no GPU: cuBLASLt FP8 GEMMs and the speed-up were not measured")
-    for p in problems:
-        print(f"FAIL: {p}")
-    print("OK" if not problems else "FAILED")
-    return 1 if problems else 0
 
 
 if __name__ == "__main__":
