@@ -260,12 +260,19 @@ def references(session: nox.Session) -> None:
 
 @nox.session
 def aot(session: nox.Session) -> None:
-    """Plan memory with the TPU compiler, no TPU needed: `aot -- [RELEASE] [EXP ...] [--tpu v5e]`.
+    """Plan memory with the target's compiler, no TPU or GPU needed:
+    `aot -- [RELEASE] [tpu|gpu] [EXP ...] [--tpu v5e] [--gpu h100]`.
 
-    Runs in the release's tpu env, whose libtpu compiles for a TPU topology on this CPU
-    (`--cpu`: XLA:CPU's upper bound on virtual CPU devices instead)."""
+    Runs in the release's tpu env, whose libtpu compiles for a TPU topology on this CPU, or with
+    `gpu` or --gpu in its gpu env, whose CUDA plugin compiles for GPUs; without experiments,
+    that platform's reference rows (`--cpu`: XLA:CPU's upper bound on virtual CPU devices)."""
     args = list(session.posargs)
-    env = _env(session, _release(session, args), "tpu")
+    release = _release(session, args)
+    if args[:1] in (["tpu"], ["gpu"]):
+        platform = args.pop(0)
+    else:
+        platform = "gpu" if any(a.split("=")[0] == "--gpu" for a in args) else "tpu"
+    env = _env(session, release, platform)
     sessions.run([env.python, "-m", "pax.aot", *args], env.session_env(), log=session.log)
 
 

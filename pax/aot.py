@@ -8,16 +8,20 @@ compile or does not fit is found here, not on the accelerator. Nothing is alloca
 Where libtpu is importable (the tpu env) the plan is the TPU compiler's own, for the slice's
 topology (`jax.experimental.topologies.get_topology_desc`, as MaxText's train_compile does): the
 executable a TPU host would run, compiled on this CPU. A config that does not fit fails that
-compile with the compiler's own figure, which is recorded. Elsewhere (GPU targets, the cpu env,
-`--cpu`) XLA:CPU plans it on virtual CPU devices, an upper bound: the CPU compiler computes bf16
-matmuls in f32 and keeps more temporaries alive than the TPU compiler does.
+compile with the compiler's own figure, which is recorded. Where jax's CUDA plugin is (the gpu
+env), `--gpu h100` plans for as many H100s as the mesh has, 8 a node, with the CUDA compiler and
+the GPU image's XLA flags (pax.parallel.gpu_targets: XLA's description of each GPU); it refuses
+nothing, so its plan is held against the GPU's memory. Elsewhere (the cpu env, `--cpu`) XLA:CPU
+plans it on virtual CPU devices, an upper bound: the CPU compiler computes bf16 matmuls in f32
+and keeps more temporaries alive than the TPU compiler does.
 
 Per chip is arguments + outputs - donated aliases + temporaries. `ATTENTION_KERNEL` and
 `CPU_KERNELS` left at `auto` are resolved as on the target (splash attention and no CPU kernels
 for a TPU): compiling from a CPU host, `auto` would otherwise pick the CPU's.
 
 Without experiments it plans every Pax reference experiment on the TPU generation Pax ran it on
-(v4) and on v5e with as many chips, plus the one-chip v5e recipes (ONE_CHIP), writes
+(v4) and on v5e with as many chips, plus the one-chip v5e recipes (ONE_CHIP), and the GPU rows
+(GPU_PLANS), each platform where its own compiler is here (the other's rows stay), writes
 docs/aot.json and README's compile table from it, and exits 1 when a plan that should fit does
 not (or does not compile).
 """
@@ -36,6 +40,8 @@ from pathlib import Path
 
 from pax.errors import UsageError, report
 from pax.experiments import overrides, registry
+from pax.launch import xla_flags
+from pax.parallel import gpu_targets
 from pax.paths import ROOT
 from pax.releases import readme
 
@@ -90,6 +96,14 @@ class Slice:
     def topology(self) -> str:
         return f"{self.generation}:{self.gen.topologies[self.chips]}"
 
+    @property
+    def label(self) -> str:
+        return self.gen.label
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.gen.hbm_bytes
+
     def devices(self):
         from jax.experimental.topologies import get_topology_desc
 
@@ -102,7 +116,42 @@ class Slice:
         ).devices
 
 
-def slice_for(generation: str, chips: int) -> Slice:
+@dataclasses.dataclass(frozen=True)
+class GpuNodes:
+    """`chips` GPUs of one kind, 8 a node: a GPU plan's target, as Slice is a TPU plan's."""
+
+    target: gpu_targets.GpuTarget
+    chips: int
+
+    @property
+    def name(self) -> str:
+        return f"{gpu_targets.nodes(self.chips)}×{min(self.chips, 8)} {self.target.name.upper()}"
+
+    @property
+    def topology(self) -> str:
+        return f"cuda:{gpu_targets.topology(self.chips)}"
+
+    @property
+    def label(self) -> str:
+        return self.target.device
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.target.memory_bytes
+
+    def devices(self):
+        return gpu_targets.devices(self.target, self.chips)
+
+
+def platform_of(generation: str) -> str:
+    """tpu for a TPU generation, gpu for a GPU (a pax.parallel.gpu_targets name)."""
+    return "tpu" if generation in GENERATIONS else "gpu"
+
+
+def slice_for(generation: str, chips: int) -> Slice | GpuNodes:
+    if platform_of(generation) == "gpu":
+        gpu_targets.topology(chips)  # GPUs that fill their nodes, or UsageError
+        return GpuNodes(gpu_targets.get(generation), chips)
     gen = GENERATIONS.get(generation)
     if gen is None:
         raise UsageError(f"unknown TPU generation {generation!r}; one of {', '.join(GENERATIONS)}")
@@ -157,6 +206,14 @@ V5E_TOO_SMALL = {
 }
 
 
+# Pax's references on H100s (80 GB): the 1B on one node, its data axis over the node's 8 GPUs;
+# the 16B on the 32 GPUs of its mesh, 4 nodes.
+GPU_PLANS = (
+    Plan(C4_1B, "h100", ("ICI_MESH_SHAPE=(1,8,1)",)),
+    Plan(C4_16B, "h100"),
+)
+
+
 def reference_plans() -> list[Plan]:
     plans = []
     for name in registry.pax_references():
@@ -175,6 +232,24 @@ def _mesh_size(experiment) -> int:
 
 def _experiment(plan: Plan):
     return overrides.apply(registry.get(plan.experiment), list(plan.sets))
+
+
+def cuda_plugin_version() -> str | None:
+    """jax-cuda12-plugin's version where jax's CUDA plugin is installed, else None."""
+    if importlib.util.find_spec("jax_plugins") is None:
+        return None
+    if importlib.util.find_spec(gpu_targets.CUDA_PLUGIN) is None:
+        return None
+    return importlib.metadata.version("jax-cuda12-plugin")
+
+
+def compiler(platform: str, native: bool) -> str:
+    """Who plans: the target's own compiler (native), or XLA:CPU on virtual CPU devices."""
+    if not native:
+        return "XLA:CPU"
+    if platform == "gpu":
+        return f"CUDA (jax-cuda12-plugin {cuda_plugin_version()})"
+    return f"TPU (libtpu {libtpu_version()})"
 
 
 def libtpu_version() -> str | None:
@@ -209,11 +284,12 @@ def parse_out_of_memory(message: str) -> tuple[int, int] | None:
     return None
 
 
-def analyze(plan: Plan, tpu: bool) -> dict:
+def analyze(plan: Plan, native: bool) -> dict:
     """Parameters, per-chip memory and compile time of a plan's train step (jax imported).
 
-    tpu: compile with the TPU compiler for the slice's topology; else with XLA:CPU on virtual
-    CPU devices (they must exist: main sets their count before jax is imported).
+    native: compile with the target's own compiler (the TPU compiler for the slice's topology,
+    the CUDA compiler for the GPUs); else with XLA:CPU on virtual CPU devices (they must exist:
+    main sets their count before jax is imported).
     """
     import jax
 
@@ -224,8 +300,11 @@ def analyze(plan: Plan, tpu: bool) -> dict:
     cls = _experiment(plan)
     size = _mesh_size(cls)
     target = slice_for(plan.generation, size)
-    devices = target.devices() if tpu else jax.devices()[:size]
-    run = loop.prepare(_as_on_target(cls, tpu)(), devices=devices)
+    platform = platform_of(plan.generation)
+    tpu = native and platform == "tpu"
+    devices = target.devices() if native else jax.devices()[:size]
+    on_target = _as_on_target(cls, tpu, gpu=native and platform == "gpu")
+    run = loop.prepare(on_target(), devices=devices)
     place = placement.for_run(run)
     state, batch = _abstract_inputs(run, place, size)
     start = time.perf_counter()
@@ -249,27 +328,28 @@ def analyze(plan: Plan, tpu: bool) -> dict:
         "attention": run.task.model.attention_kernel,
         "remat": run.task.model.remat_policy,
         "target": {
-            "generation": target.gen.label,
+            "generation": target.label,
             "slice": target.name,
-            "topology": target.topology if tpu else None,
-            "hbm_bytes": target.gen.hbm_bytes,
+            "topology": target.topology if native else None,
+            "hbm_bytes": target.hbm_bytes,
         },
-        "compiler": f"TPU (libtpu {libtpu_version()})" if tpu else "XLA:CPU",
+        "platform": platform,
+        "compiler": compiler(platform, native),
         "per_device_bytes": per_device,
         "temp_bytes": temp,
         # The TPU compiler refuses a step whose live memory exceeds the HBM it may use: its
         # acceptance is the verdict. The plan's sum overstates the peak (temporaries and the
         # donated state overlap): a 6-layer 1B step at batch 16 with the dots policy, 18.41 GiB
         # by this sum, compiled and trained on one 16 GiB v5e chip (docs/bench.json). XLA:CPU
-        # refuses nothing, so its sum is held against the chip's HBM.
-        "fits": error is None and (tpu or per_device <= target.gen.hbm_bytes),
+        # and the CUDA compiler refuse nothing, so their sum is held against the chip's memory.
+        "fits": error is None and (tpu or per_device <= target.hbm_bytes),
         "compile_error": error,
         "hbm_available_bytes": available,
         "compile_s": seconds,
     }
 
 
-def _as_on_target(cls: type, tpu: bool) -> type:
+def _as_on_target(cls: type, tpu: bool, gpu: bool = False) -> type:
     """The experiment on synthetic data, with its `auto` kernels resolved as the target would."""
     from pax.models import splash
 
@@ -284,6 +364,11 @@ def _as_on_target(cls: type, tpu: bool) -> type:
         if cls.ATTENTION_KERNEL == "auto":
             usable = splash.usable(cls.SEQ_LEN) and not pmapped
             fixed["ATTENTION_KERNEL"] = "splash" if usable else "xla"
+    if gpu:  # `auto` as a GPU resolves it: XLA's attention, no CPU kernels
+        if cls.CPU_KERNELS == "auto":
+            fixed["CPU_KERNELS"] = "off"
+        if cls.ATTENTION_KERNEL == "auto":
+            fixed["ATTENTION_KERNEL"] = "xla"
     return type(cls.__name__, (cls,), fixed)
 
 
@@ -345,7 +430,7 @@ def _name(r: dict) -> str:
 def render_table(rows: list[dict]) -> str:
     """Markdown for `--json` results; ends without a newline."""
     lines = [
-        "| experiment | params | mesh | TPU slice (chips) | planned by | attention | "
+        "| experiment | params | mesh | slice or nodes (chips) | planned by | attention | "
         "per-chip memory | HBM per chip | fits | compile |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -364,14 +449,14 @@ def render_table(rows: list[dict]) -> str:
         where = f"{t['slice']} ({r['devices']})"
         if t.get("topology"):
             where += f", `{t['topology']}`"
-        tpu = r["compiler"].startswith("TPU")
+        native = r["compiler"] != "XLA:CPU"
         memory = _gib(r["per_device_bytes"])
         if r.get("compile_error"):
             memory = f"temporaries alone {memory} > {_gib(r['hbm_available_bytes'])} usable"
-        fits = "fits" if r["fits"] else ("no" if tpu else "not by this plan")
+        fits = "fits" if r["fits"] else ("no" if native else "not by this plan")
         lines.append(
             f"| {_name(r)} | {r['params'] / 1e9:.2f}B | {r['strategy']}: {mesh} | {where} | "
-            f"{r['compiler'] if tpu else 'XLA:CPU (upper bound)'} | {r.get('attention', '')} | "
+            f"{r['compiler'] if native else 'XLA:CPU (upper bound)'} | {r.get('attention', '')} | "
             f"{memory} | {_gib(t['hbm_bytes'])} | {fits} | {r['compile_s']:.0f} s |"
         )
     return "\n".join(lines)
@@ -417,6 +502,13 @@ def _parser() -> argparse.ArgumentParser:
         "many chips as the experiment's mesh",
     )
     parser.add_argument(
+        "--gpu",
+        action="append",
+        choices=gpu_targets.names(),
+        help="GPU to plan for with the CUDA compiler (repeatable): as many as the experiment's "
+        "mesh, 8 a node",
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -426,7 +518,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--cpu",
         action="store_true",
-        help="plan with XLA:CPU on virtual CPU devices (an upper bound) even where libtpu is here",
+        help="plan with XLA:CPU on virtual CPU devices (an upper bound) even where libtpu or the "
+        "CUDA plugin is here",
     )
     parser.add_argument(
         "--json",
@@ -439,18 +532,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     reference_set = not args.experiments
+    native = native_compilers(args.cpu)
     try:
-        if reference_set:
-            if args.set or args.tpu:
-                raise UsageError("--set and --tpu need experiments; without, the reference plan")
-            plans = reference_plans()
-            args.json = args.json or str(AOT_JSON)
-        else:
-            plans = [
-                Plan(name, gen, tuple(args.set))
-                for name in args.experiments
-                for gen in (args.tpu or ["v4", "v5e"])
-            ]
+        plans = _plans(args, native)
         sizes = []
         for plan in plans:
             sizes.append(_mesh_size(_experiment(plan)))
@@ -459,16 +543,15 @@ def main(argv=None) -> int:
         return report("pax aot", e)
     if "jax" in sys.modules:
         raise RuntimeError("pax.aot must set the device count before jax is imported")
-    libtpu = None if args.cpu else libtpu_version()
-    if libtpu is None and not args.cpu:
-        print(
-            "pax aot: libtpu is not importable here: XLA:CPU plans on virtual CPU devices (an "
-            "upper bound); the release's tpu env has the TPU compiler (./noxw -s aot)",
-            file=sys.stderr,
-        )
-    _compile_on_this_host(max(sizes))
-    results, failed = _plan_all(plans, tpu=libtpu is not None)
+    platforms = {platform_of(p.generation) for p in plans}
+    _say_fallbacks(native, platforms, args.cpu)
+    _compile_on_this_host(max(sizes), gpu=native["gpu"] and "gpu" in platforms)
+    results, failed = _plan_all(plans, native)
     if args.json:
+        if reference_set and Path(args.json).is_file():  # the other platforms' rows stay
+            kept = json.loads(Path(args.json).read_text())
+            results = [r for r in kept if r.get("platform", "tpu") not in platforms] + results
+            results.sort(key=lambda r: r.get("platform", "tpu") == "gpu")  # TPU rows first
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
             f.write("\n")
@@ -479,8 +562,45 @@ def main(argv=None) -> int:
     return 1 if failed else 0
 
 
-def _compile_on_this_host(devices: int) -> None:
-    """Set up, before jax is imported, a CPU backend with `devices` virtual devices."""
+def native_compilers(cpu: bool) -> dict[str, bool]:
+    """platform -> whether its own compiler is here (libtpu; jax's CUDA plugin)."""
+    return {
+        "tpu": not cpu and libtpu_version() is not None,
+        "gpu": not cpu and cuda_plugin_version() is not None,
+    }
+
+
+def _plans(args, native: dict[str, bool]) -> list[Plan]:
+    """The plans the command line asks for. Without experiments, the reference rows of each
+    platform whose own compiler is here (of both where neither is, or with --cpu)."""
+    if not args.experiments:
+        if args.set or args.tpu or args.gpu:
+            raise UsageError("--set, --tpu and --gpu need experiments; without, the reference plan")
+        args.json = args.json or str(AOT_JSON)
+        here = [p for p, ok in native.items() if ok] or list(native)
+        plans = reference_plans() + list(GPU_PLANS)
+        return [p for p in plans if platform_of(p.generation) in here]
+    targets = (args.tpu or []) + (args.gpu or []) or ["v4", "v5e"]
+    return [Plan(name, t, tuple(args.set)) for name in args.experiments for t in targets]
+
+
+def _say_fallbacks(native: dict[str, bool], platforms: set[str], cpu: bool) -> None:
+    """One line for each platform planned whose own compiler is not here: XLA:CPU plans it."""
+    where = {
+        "tpu": "libtpu is not importable here: XLA:CPU plans TPU targets on virtual CPU devices "
+        "(an upper bound); the release's tpu env has the TPU compiler (./noxw -s aot)",
+        "gpu": "jax's CUDA plugin is not importable here: XLA:CPU plans GPU targets on virtual "
+        "CPU devices (an upper bound); the release's gpu env has the CUDA compiler "
+        "(./noxw -s aot -- gpu)",
+    }
+    for platform in sorted(platforms):
+        if not native[platform] and not cpu:
+            print(f"pax aot: {where[platform]}", file=sys.stderr)
+
+
+def _compile_on_this_host(devices: int, gpu: bool = False) -> None:
+    """Set up, before jax is imported, a CPU backend with `devices` virtual devices (and, with
+    gpu, jax's CUDA plugin compiling for GPUs it has not got, with the GPU image's XLA flags)."""
     # Virtual CPU devices for XLA:CPU's plans; a TPU plan's devices are the topology's, and
     # this host's backend stays the CPU (no TPU is opened, whether or not one is attached).
     os.environ["XLA_FLAGS"] = (
@@ -491,16 +611,19 @@ def _compile_on_this_host(devices: int) -> None:
     # chips; compiling for a topology opens none, so plans may run beside each other (and
     # beside a training run on a TPU host).
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    if gpu:
+        os.environ["XLA_FLAGS"] = f"{xla_flags.value()} {os.environ['XLA_FLAGS']}"
+        gpu_targets.compile_only()
 
 
-def _plan_all(plans: list[Plan], tpu: bool) -> tuple[list[dict], list[str]]:
+def _plan_all(plans: list[Plan], native: dict[str, bool]) -> tuple[list[dict], list[str]]:
     """Each plan's result, printed as it comes, and the labels of those that failed: did not
-    compile, or do not fit where the TPU compiler says they should."""
+    compile, or do not fit where the target's own compiler says they should."""
     results, failed = [], []
     for plan in plans:
         label = " ".join([plan.experiment, *plan.sets, f"on {plan.generation}"])
         try:
-            r = analyze(plan, tpu=tpu)
+            r = analyze(plan, native=native[platform_of(plan.generation)])
         except UsageError as e:
             report("pax aot", f"{label}: {e}")
             failed.append(label)
@@ -513,10 +636,12 @@ def _plan_all(plans: list[Plan], tpu: bool) -> tuple[list[dict], list[str]]:
             print(f"  the TPU compiler: {r['compile_error']}", flush=True)
         if plan.expect_not_to_fit:
             print(f"  expected: {plan.expect_not_to_fit}", flush=True)
-        elif r["compiler"].startswith("TPU"):
+        elif r["compiler"] != "XLA:CPU":
             failed.append(label)
         else:
-            print("  XLA:CPU's plan is an upper bound; the TPU compiler's decides", flush=True)
+            print(
+                "  XLA:CPU's plan is an upper bound; the target's own compiler decides", flush=True
+            )
     return results, failed
 
 

@@ -273,3 +273,59 @@ def test_the_recorded_tpu_plans_are_the_memory_the_chip_reported():
         assert plan["fits"] and plan["compile_error"] is None
         compared += 1
     assert compared >= 2, "docs/aot.json and docs/bench.json share fewer than two settings"
+
+
+# The CUDA compiler is jax's CUDA plugin, which the release's gpu env holds (./noxw -s aot -- gpu
+# builds it). The tests' own env (cpu) has none.
+GPU_PYTHON = venv.existing_python(catalog.newest(), "gpu")
+needs_cuda_compiler = pytest.mark.skipif(
+    GPU_PYTHON is None,
+    reason=f"no gpu env with jax's CUDA plugin (.venv/pax-{catalog.newest().version}-gpu); "
+    "build it with ./noxw -s aot -- gpu",
+)
+
+
+def test_gpus_fill_nodes_of_eight():
+    assert aot.slice_for("h100", 8).name == "1×8 H100"
+    assert aot.slice_for("h100", 32).name == "4×8 H100"  # the 16B's mesh: 4 nodes
+    assert aot.slice_for("h200", 32).topology == "cuda:1x4x8"
+    assert aot.slice_for("h100", 8).hbm_bytes == aot.gpu_targets.get("h100").memory_bytes
+    with pytest.raises(aot.UsageError, match="do not fill nodes of 8"):
+        aot.slice_for("h100", 12)
+
+
+def test_without_the_cuda_plugin_xla_cpu_plans_a_gpu_target_and_says_so(tmp_path):
+    if aot.cuda_plugin_version():
+        pytest.skip("jax's CUDA plugin is importable in this env: no fallback to see")
+    rows, result = _aot(tmp_path / "aot.json", TINY, "--gpu", "h100")
+    row = _one(rows)
+    assert row["compiler"] == "XLA:CPU" and row["platform"] == "gpu"
+    assert row["target"]["slice"] == "1×1 H100" and row["target"]["topology"] is None
+    assert "jax's CUDA plugin is not importable here" in result.stderr
+
+
+# Slow tier: the CUDA compiler compiles the 1B step sharded over 8 GPUs, about a minute on 2 cores.
+@pytest.mark.slow
+@needs_cuda_compiler
+def test_the_cuda_compiler_plans_the_1b_on_one_node_of_eight_h100s(tmp_path):
+    rows, result = _aot(
+        tmp_path / "aot.json",
+        "C4Spmd1BAdam4Replicas",
+        "--gpu",
+        "h100",
+        "--set",
+        "ICI_MESH_SHAPE=(1,8,1)",
+        python=GPU_PYTHON,
+    )
+    row = _one(rows)
+    assert row["compiler"].startswith("CUDA (jax-cuda12-plugin ")
+    assert row["target"] == {
+        "generation": "NVIDIA H100 80GB HBM3",
+        "slice": "1×8 H100",
+        "topology": "cuda:1x1x8",
+        "hbm_bytes": aot.gpu_targets.get("h100").memory_bytes,
+    }
+    assert row["attention"] == "xla" and row["mesh"] == {"replica": 1, "data": 8, "mdl": 1}
+    # memory_analysis() answered: the state's eighth and the temporaries, well within 80 GB.
+    assert row["fits"] and 0 < row["temp_bytes"] < row["per_device_bytes"] < 80 * 2**30
+    assert "CUDA (jax-cuda12-plugin" in result.stdout and "1×8 H100 (cuda:1x1x8)" in result.stdout
