@@ -422,6 +422,15 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
+def count(n: int) -> str:
+    """A parameter count in the largest unit that shows two figures of it: 16.51B, 0.16B,
+    3.22M, 99."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size / 10:
+            return f"{n / size:.2f}{unit}"
+    return str(n)
+
+
 def _name(r: dict) -> str:
     name = r["experiment"].rsplit(".", 1)[-1]
     return name + "".join(f" `{s}`" for s in r.get("sets", ()))
@@ -455,7 +464,7 @@ def render_table(rows: list[dict]) -> str:
             memory = f"temporaries alone {memory} > {_gib(r['hbm_available_bytes'])} usable"
         fits = "fits" if r["fits"] else ("no" if native else "not by this plan")
         lines.append(
-            f"| {_name(r)} | {r['params'] / 1e9:.2f}B | {r['strategy']}: {mesh} | {where} | "
+            f"| {_name(r)} | {count(r['params'])} | {r['strategy']}: {mesh} | {where} | "
             f"{r['compiler'] if native else 'XLA:CPU (upper bound)'} | {r.get('attention', '')} | "
             f"{memory} | {_gib(t['hbm_bytes'])} | {fits} | {r['compile_s']:.0f} s |"
         )
@@ -484,7 +493,7 @@ def _report(r: dict) -> str:
     verdict = "fits" if r["fits"] else "does NOT fit"
     sets = "".join(f" --set {s}" for s in r["sets"])
     return (
-        f"{r['experiment']}{sets}: {r['params'] / 1e9:.2f}B params, {r['strategy']} over "
+        f"{r['experiment']}{sets}: {count(r['params'])} params, {r['strategy']} over "
         f"{r['mesh']}{stages}, {r['attention']} attention; {r['compiler']} plan for {where}: "
         f"{r['per_device_bytes'] / GIB:.2f} GiB per chip ({verdict} {t['hbm_bytes'] / GIB:.0f} "
         f"GiB), compiled in {r['compile_s']:.0f}s"
@@ -611,6 +620,22 @@ def _compile_on_this_host(devices: int, gpu: bool = False) -> None:
     # chips; compiling for a topology opens none, so plans may run beside each other (and
     # beside a training run on a TPU host).
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    _one_worker_without_chips()
+
+
+def _one_worker_without_chips() -> None:
+    """On a host with no TPU chip, describe it to libtpu as one worker of a one-chip slice.
+
+    libtpu, loading, asks the environment for the slice this host belongs to and, where nothing
+    says it (no metadata server either), logs an E-level INVALID_ARGUMENT and a host-bounds
+    warning, then goes on. Compiling for a named topology reads neither: the compiled programs
+    are byte for byte the same with and without these variables. A TPU host keeps its own.
+    """
+    from jax._src import hardware_utils  # how jax itself finds attached chips (reads sysfs)
+
+    if hardware_utils.num_available_tpu_chips_and_device_id()[0] == 0:
+        os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+        os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-1")
     if gpu:
         os.environ["XLA_FLAGS"] = f"{xla_flags.value()} {os.environ['XLA_FLAGS']}"
         gpu_targets.compile_only()
