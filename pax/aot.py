@@ -620,6 +620,9 @@ def _compile_on_this_host(devices: int, gpu: bool = False) -> None:
     # chips; compiling for a topology opens none, so plans may run beside each other (and
     # beside a training run on a TPU host).
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    if gpu:
+        os.environ["XLA_FLAGS"] = f"{xla_flags.value()} {os.environ['XLA_FLAGS']}"
+        gpu_targets.compile_only()
     _one_worker_without_chips()
 
 
@@ -636,9 +639,6 @@ def _one_worker_without_chips() -> None:
     if hardware_utils.num_available_tpu_chips_and_device_id()[0] == 0:
         os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
         os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-1")
-    if gpu:
-        os.environ["XLA_FLAGS"] = f"{xla_flags.value()} {os.environ['XLA_FLAGS']}"
-        gpu_targets.compile_only()
 
 
 def _plan_all(plans: list[Plan], native: dict[str, bool]) -> tuple[list[dict], list[str]]:
