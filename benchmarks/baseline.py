@@ -1,9 +1,12 @@
 """The independent baseline: a plain Flax + optax LM written for this benchmark alone.
 
 It imports nothing from pax, so `./noxw -s bench` can tell the cost of the project's model from
-the cost of the same math written the usual way: pre-LN blocks, one fused QKV Dense, einsum
-attention under a causal mask, GELU FFN, the embedding table reused as the output projection,
-optax.adamw, one jax.jit with donated state. Its matmuls are the ones pax.train.mfu counts
+the cost of the same math written the usual way: pre-LN blocks, one fused QKV Dense, causal
+attention, GELU FFN, the embedding table reused as the output projection, optax.adamw, one
+jax.jit with donated state. Attention is einsum under a causal mask (`xla`), or jax's splash
+kernel (`splash`: Pallas, compiled on a TPU and interpreted elsewhere) called as MaxText calls
+it (MaxText/layers/attention_op.py: make_splash_mha over a causal mask per head, 512-square
+blocks), so the accelerator bench compares trainer and baseline at the same kernel. Its matmuls are the ones pax.train.mfu counts
 (tests/benchmarks/test_bench.py counts them in both programs); what that formula leaves out differs:
 learned positions here (the trainer: rotary), no logit caps.
 """
@@ -15,6 +18,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
+from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
 # Which intermediate values a rematerialized block keeps (jax's policies): "full" keeps none.
 REMAT_POLICIES = {
@@ -35,6 +39,39 @@ class Shape:
     seq: int
     dtype: str = "float32"  # activations; parameters and logits stay float32
     remat: str = "none"  # what each block keeps for the backward pass: REMAT_POLICIES
+    attention: str = "xla"  # ATTENTION: the causal attention's kernel
+
+
+ATTENTION = ("xla", "splash")
+SPLASH_BLOCK = 512  # MaxText's default sa_block_* sizes
+
+
+def splash_causal(q, k, v):
+    """Causal attention of scaled queries q over k, v (batch, length, heads, dims) in jax's
+    splash kernel, one batch row at a time (vmap), every block size SPLASH_BLOCK or the length."""
+    _, t, h, _ = q.shape
+    block = min(SPLASH_BLOCK, t)
+    sizes = splash.BlockSizes(
+        block_q=block,
+        block_kv=block,
+        block_kv_compute=block,
+        block_q_dkv=block,
+        block_kv_dkv=block,
+        block_kv_dkv_compute=block,
+        block_q_dq=block,
+        block_kv_dq=block,
+    )
+    # Built in the trace that calls it: the kernel holds its mask's block tables as arrays.
+    with jax.ensure_compile_time_eval():
+        kernel = splash.make_splash_mha(
+            splash.MultiHeadMask([splash.CausalMask((t, t))] * h),
+            head_shards=1,
+            q_seq_shards=1,
+            block_sizes=sizes,
+            interpret=jax.default_backend() != "tpu",
+        )
+    out = jax.vmap(kernel)(*(a.transpose(0, 2, 1, 3) for a in (q, k, v)))
+    return out.transpose(0, 2, 1, 3)
 
 
 class Block(nn.Module):
@@ -47,10 +84,13 @@ class Block(nn.Module):
         d = s.dims // s.heads
         qkv = nn.Dense(3 * s.dims, use_bias=False, dtype=dt)(nn.LayerNorm(dtype=dt)(x))
         q, k, v = jnp.split(qkv.reshape(b, t, 3 * s.heads, d), 3, axis=2)
-        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) * d**-0.5
-        logits = jnp.where(jnp.tril(jnp.ones((t, t), bool)), logits, -1e30)
-        probs = jax.nn.softmax(logits, axis=-1).astype(dt)
-        out = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, s.dims)
+        if s.attention == "splash":
+            out = splash_causal(q * jnp.asarray(d**-0.5, dt), k, v).reshape(b, t, s.dims)
+        else:
+            logits = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) * d**-0.5
+            logits = jnp.where(jnp.tril(jnp.ones((t, t), bool)), logits, -1e30)
+            probs = jax.nn.softmax(logits, axis=-1).astype(dt)
+            out = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, s.dims)
         x = x + nn.Dense(s.dims, use_bias=False, dtype=dt)(out)
         h = nn.gelu(nn.Dense(s.hidden, use_bias=False, dtype=dt)(nn.LayerNorm(dtype=dt)(x)))
         return x + nn.Dense(s.dims, use_bias=False, dtype=dt)(h)

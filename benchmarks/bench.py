@@ -32,6 +32,7 @@ from pax.data.tokenizers import ByteTokenizer
 from pax.tasks.lm.params.lm_cloud import LmCloudSpmdTiny
 from pax.train import loop, mfu
 from pax.train import state as state_lib
+from pax.train.instantiate import instantiate
 
 
 class BenchLm(LmCloudSpmdTiny):
@@ -85,7 +86,7 @@ def trainer_step_times(
         {"NUM_TRAIN_STEPS": steps * repeats, "SUMMARY_EVERY_N_STEPS": steps},
     )
     loop.train(
-        loop.prepare(exp(), devices=jax.devices()[:1]),
+        instantiate(exp(), devices=jax.devices()[:1]),
         job_dir,
         "benchmarks.BenchLm",
         checkpoint_saving=False,
@@ -97,7 +98,7 @@ def trainer_step_times(
 
 
 def checkpoint_figures(experiment_cls, repeats: int, directory: str) -> dict:
-    run = loop.prepare(experiment_cls(), devices=jax.devices()[:1])
+    run = instantiate(experiment_cls(), devices=jax.devices()[:1])
     abstract, shardings = state_lib.shardings(run.model, run.tx, run.mesh)
     state = state_lib.initialize(run.model, run.tx, shardings, seed=0)
     nbytes = sum(x.nbytes for x in jax.tree.leaves(state))
@@ -147,8 +148,9 @@ def input_pipeline_tokens_per_s(experiment_cls, batches: int, repeats: int) -> l
     return rates
 
 
-def baseline_shape(cfg) -> baseline.Shape:
-    """The independent baseline at the trainer's shapes; it covers only what BenchLm uses."""
+def baseline_shape(cfg, attention: str = "xla") -> baseline.Shape:
+    """The independent baseline at the trainer's shapes, with the attention kernel given (one of
+    baseline.ATTENTION); it covers only what BenchLm uses."""
     plain = (
         cfg.num_kv_heads == cfg.num_heads
         and cfg.num_heads * cfg.dims_per_head == cfg.model_dims
@@ -169,6 +171,7 @@ def baseline_shape(cfg) -> baseline.Shape:
         seq=cfg.seq_len,
         dtype=cfg.fprop_dtype,
         remat=cfg.remat_policy,
+        attention=attention,
     )
 
 

@@ -3,7 +3,9 @@
 Forward FLOPs per token, counting 2 per multiply-add of every matmul:
   per layer  2·E·(H + 2K)·D      fused QKV projection (K kv heads, D dims per head)
            + 2·H·D·E             attention output projection
-           + 4·T·H·D             Q·Kᵀ and probs·V over the full length T (causal half not subtracted)
+           + 4·T·H·D             Q·Kᵀ and probs·V over the full length T (causal half not
+                                 subtracted; causal_half=True halves it, as MaxText counts:
+                                 maxtext_utils.calculate_tflops_training_per_device)
            + 2·E·F·(2 if gated else 1) + 2·F·E      FFN
   once       2·E·V               softmax projection
 Training FLOPs = 3 × forward (the backward pass is twice the forward); rematerialization is not
@@ -34,22 +36,23 @@ PEAK_FLOPS_BY_DEVICE_KIND = {
 }
 
 
-def flops_per_token(c: ModelConfig, seq_len: int) -> float:
+def flops_per_token(c: ModelConfig, seq_len: int, causal_half: bool = False) -> float:
     e, f, h, k, d = c.model_dims, c.hidden_dims, c.num_heads, c.num_kv_heads, c.dims_per_head
     ffn_in = 2 if c.activation in GATED else 1
     layer = (
         2 * e * (h + 2 * k) * d
         + 2 * h * d * e
-        + 4 * seq_len * h * d
+        + 4 * seq_len * h * d / (2 if causal_half else 1)
         + 2 * e * f * ffn_in
         + 2 * f * e
     )
     return 3.0 * (c.num_layers * layer + 2 * e * c.vocab_size)
 
 
-def flops_per_step(c: ModelConfig, batch: int) -> float:
-    """The MFU numerator: model FLOPs of one train step over `batch` rows of seq_len."""
-    return flops_per_token(c, c.seq_len) * batch * c.seq_len
+def flops_per_step(c: ModelConfig, batch: int, causal_half: bool = False) -> float:
+    """The MFU numerator: model FLOPs of one train step over `batch` rows of seq_len (with
+    causal_half, the attention's score and value matmuls over half the length)."""
+    return flops_per_token(c, c.seq_len, causal_half) * batch * c.seq_len
 
 
 def table_peak(device_kind: str):

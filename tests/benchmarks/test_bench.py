@@ -16,7 +16,7 @@ import jax
 import jax.extend.core as jex
 import pytest
 
-from benchmarks import baseline, bench, gpu_bench, minimal_loop, profile, table
+from benchmarks import baseline, bench, gpu_bench, minimal_loop, profile, table, tpu_bench
 from pax.data.corpus import embedded_text
 from pax.data.sources import WindowDataset
 from pax.data.tokenizers import ByteTokenizer
@@ -180,11 +180,42 @@ def test_all_three_loops_do_the_flops_the_formula_counts(dtype):
         assert _dot_flops(program.jaxpr) == expected, type(loop).__name__
 
 
+def test_causal_half_counts_the_attention_matmuls_over_half_the_length():
+    cfg = bench.SmallBenchLm().task().model
+    t, h, d = cfg.seq_len, cfg.num_heads, cfg.dims_per_head
+    # Q·Kᵀ and probs·V: 4·T·H·D a token a layer forward, three times that for a train step.
+    attention = 3 * cfg.num_layers * 4 * t * h * d * (2 * t)
+    assert mfu.flops_per_step(cfg, 2) - mfu.flops_per_step(cfg, 2, causal_half=True) == (
+        pytest.approx(attention / 2)
+    )
+
+
 def test_baseline_imports_nothing_from_pax():
     tree = ast.parse(Path(baseline.__file__).read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported == {"dataclasses", "time", "flax.linen", "jax", "jax.numpy", "optax"}
+    assert imported == {
+        "dataclasses",
+        "time",
+        "flax.linen",
+        "jax",
+        "jax.numpy",
+        "jax.experimental.pallas.ops.tpu",  # splash_attention: jax's own kernel
+        "optax",
+    }
+
+
+def test_the_baselines_splash_kernel_trains_as_its_einsum_attention():
+    """jax's splash kernel (interpreted on CPU) and the einsum form under a causal mask: the
+    same losses over two steps of the same model, forward, backward and update."""
+    shape = dict(vocab=256, layers=1, dims=256, hidden=512, heads=2, seq=128, dtype="float32")
+    batches = tpu_bench.synthetic_batches(256, 2, 128)
+    losses = {}
+    for kernel in baseline.ATTENTION:
+        run = baseline.Baseline(baseline.Shape(**shape, attention=kernel), batches)
+        losses[kernel] = [(run.interval(1), float(run.loss))[1] for _ in range(2)]
+    assert losses["splash"] == pytest.approx(losses["xla"], rel=1e-5)
+    assert losses["xla"][1] < losses["xla"][0]  # it trained
 
 
 def test_baseline_refuses_configs_it_does_not_model():
@@ -308,7 +339,8 @@ def test_the_accelerator_bench_checks_itself_end_to_end_on_cpu(capsys):
     assert tpu_bench.main([*args, "--steps", "2"]) == 0
     out = capsys.readouterr().out
     assert out.count("trainer / baseline") == 2
-    assert "best MFU" in out and "loss nan" not in out
+    assert "baseline xla" in out and "baseline splash" in out  # each side at each kernel
+    assert "best MFU" in out and "causal attention at half" in out and "loss nan" not in out
 
 
 def test_the_accelerator_table_is_rendered_from_docs_bench_json_and_meets_its_targets():
@@ -324,7 +356,57 @@ def test_the_accelerator_table_is_rendered_from_docs_bench_json_and_meets_its_ta
     splash = [(row, row["trainer"]["splash"]) for row in tpu["rows"]]
     assert splash and all("oom" not in r for _, r in splash)
     for row, r in splash:
-        assert r["step_s"] <= row["baseline"]["step_s"], (row["batch"], row["remat"])
-        # MFU is model FLOPs over time over the table peak: recomputed, not read back.
-        assert r["mfu"] == pytest.approx(row["flops_per_step"] / r["step_s"] / tpu["peak"]["flops"])
+        # Every row says which kernel the baseline ran; this record's ran einsum attention.
+        assert set(row["baseline"]) <= {"xla", "splash"}
+        assert r["step_s"] <= row["baseline"]["xla"]["step_s"], (row["batch"], row["remat"])
+        # MFU is model FLOPs over time over the table peak, by the project's count and with
+        # causal attention at half: recomputed, not read back.
+        peak = tpu["peak"]["flops"]
+        assert r["mfu"] == pytest.approx(row["flops_per_step"] / r["step_s"] / peak)
+        half = row["flops_per_step_causal_half"]
+        assert r["mfu_causal_half"] == pytest.approx(half / r["step_s"] / peak)
+        assert half < row["flops_per_step"]
     assert max(r["mfu"] for _, r in splash) >= 0.55
+
+
+def test_each_accelerator_row_names_the_kernel_each_side_ran():
+    def timed(ms):
+        return {"step_s": ms / 1e3, "mfu": 0.5, "mfu_causal_half": 0.48}
+
+    rec = {
+        "machine": {"device": "tpu: TPU v5 lite", "date": "d", "jax": "j", "libtpu": "l"},
+        "model": {
+            "experiment": "tasks.X",
+            "layers": 6,
+            "model_dims": 2560,
+            "hidden_dims": 10240,
+            "heads": 20,
+            "seq": 1024,
+            "vocab": 32000,
+        },
+        "steps": 8,
+        "peak": {"flops": 197e12, "source": "table"},
+        "measured_matmul_flops": 166e12,
+        "command": "python -m benchmarks.tpu_bench",
+        "rows": [
+            {
+                "batch": 16,
+                "remat": "full",
+                "trainer": {"xla": timed(600), "splash": timed(500)},
+                "baseline": {"xla": timed(580), "splash": timed(520)},
+            },
+            {  # a baseline that ran XLA attention alone: the trainer's splash row says so
+                "batch": 8,
+                "remat": "full",
+                "trainer": {"splash": timed(300)},
+                "baseline": {"xla": timed(310)},
+            },
+        ],
+    }
+    lines = table.render_accelerator_table([rec]).splitlines()
+    assert lines[2].startswith("| tpu: TPU v5 lite | 16 | full | xla | 600 ms, MFU 50.0% (48.0%) ")
+    assert "| xla | 580 ms, MFU 50.0% (48.0%) | 1.034 |" in lines[2]
+    assert "| splash | 500 ms, MFU 50.0% (48.0%) | splash | 520 ms," in lines[3]
+    assert lines[3].split("|")[8].strip() == "0.962"
+    assert "| 8 | full | splash | 300 ms, MFU 50.0% (48.0%) | xla | 310 ms," in lines[4]
+    assert "causal attention counted at half as MaxText counts it" in lines[-1]
