@@ -301,9 +301,14 @@ def summary(desc: dict, limit: int = 3) -> str:
 
 
 def render(desc: dict) -> str:
-    """`pax env`'s table: identity, state, and the differences when there are any."""
+    """`pax env`'s table: identity, state, and the differences when there are any. A Python
+    that is no pax env at all (no identity, no release lock's set) is told so, with where the
+    envs are, instead of a table of every package."""
     lines = [f"prefix      {desc['prefix']} (Python {desc['python']})"]
     lines.append(f"identity    {desc['identity'] or f'none (no {IDENTITY_FILE} here)'}")
+    if _not_a_pax_env(desc):
+        lines.append(f"not a pax env: this Python has no {IDENTITY_FILE} and no release lock's set")
+        lines.append(f"            {where_envs_are()}")
     if desc["overridden_by"]:
         lines.append(f"overridden  by {', '.join(desc['overridden_by'])}")
     if desc["release"] or desc["lockfile"]:
@@ -333,7 +338,9 @@ def render(desc: dict) -> str:
                 f"nearest     release {near['release']} {near['platform']} "
                 f"({_count(near['differences'])}, {near['lockfile']}{tied})"
             )
-    if rows:
+    if rows and _not_a_pax_env(desc):
+        lines.append(f"differences {len(rows)} (`--json` lists them)")
+    elif rows:
         width = max(len("package"), *(len(r["package"]) for r in rows))
         vwidth = max(len("locked"), *(len(r["locked"] or "-") for r in rows))
         lines.append("")
@@ -345,6 +352,24 @@ def render(desc: dict) -> str:
             )
     lines.extend(f"note        {note}" for note in desc["notes"])
     return "\n".join(lines)
+
+
+def _not_a_pax_env(desc: dict) -> bool:
+    return desc["state"] == "unpinned" and not desc["identity"] and not desc["overridden_by"]
+
+
+def where_envs_are(locks=None, root: Path | None = None) -> str:
+    """Where a release's pinned env is: the session that describes it, and its own python."""
+    releases = sorted({lock.release for lock in (catalog() if locks is None else locks)})
+    if not releases:
+        return "a release's env: ./noxw -s env -- RELEASE PLATFORM, in a checkout of pax"
+    newest = max(releases, key=version_key)
+    python = (root or paths.ROOT) / ".venv" / f"pax-{newest}-cpu" / "bin" / "python"
+    shown = os.path.relpath(python) if python.is_relative_to(Path.cwd()) else str(python)
+    return (
+        f"a release's env: ./noxw -s env -- [RELEASE] [PLATFORM], or the env's own python, "
+        f"e.g. {shown} -m pax env"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
