@@ -186,27 +186,55 @@ def summary_counts(changes: list[Change]) -> dict[str, int]:
     return counts
 
 
+def moved_to_test_lock(b: Lock, changes: list[Change]) -> tuple[str | None, set[str]]:
+    """(B's test lock, the removed packages it pins) where B is a release's cpu lock: packages
+    a newer release moved from the cpu lock to its test lock, which are no loss."""
+    if b.release is None or b.platform != "cpu":
+        return None, set()
+    try:
+        test_lock = dist_release.resolve(b.release).test_lock
+    except dist_release.UnknownRelease:
+        return None, set()
+    if test_lock is None:
+        return None, set()
+    pinned = set(Lock.read(test_lock).pins)
+    shown = test_lock.relative_to(paths.ROOT) if test_lock.is_relative_to(paths.ROOT) else test_lock
+    return str(shown), {c.name for c in changes if c.kind == "removed" and c.name in pinned}
+
+
 def format_diff(a: Lock, b: Lock, changes: list[Change]) -> str:
     counts = summary_counts(changes)
     unchanged = len(set(a.pins) & set(b.pins)) - sum(
         1 for c in changes if c.old is not None and c.new is not None
     )
+    test_lock, moved = moved_to_test_lock(b, changes)
     parts = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+    if moved:
+        parts += f": {len(moved)} of them moved to the test lock"
+    platform = b.platform or a.platform
+    others = [p for p in dist_release.LOCK_PLATFORMS if p != platform]
     lines = [
-        f"{a.label} -> {b.label}",
+        (f"{platform} locks: " if platform else "")
+        + f"{a.label} -> {b.label}"
+        + (f" (--platform {' or '.join(others)} for the others)" if platform else ""),
         f"{len(changes)} changed ({parts or 'nothing'}), {unchanged} unchanged",
     ]
     width = max((len(c.name) for c in changes), default=0)
     vwidth = max((len(c.old_version or "") for c in changes), default=0)
-    for kind in KINDS:
-        rows = [c for c in changes if c.kind == kind]
+    sections = [
+        (kind, [c for c in changes if c.kind == kind and c.name not in moved]) for kind in KINDS
+    ]
+    sections.append(
+        (f"moved to the test lock ({test_lock})", [c for c in changes if c.name in moved])
+    )
+    for kind, rows in sections:
         if not rows:
             continue
         lines.append(f"{kind}:")
         for c in rows:
-            if kind == "added":
+            if c.kind == "added":
                 text = f"  {c.name:<{width}}  {'':<{vwidth}}    {c.new_version}"
-            elif kind == "removed":
+            elif c.kind == "removed":
                 text = f"  {c.name:<{width}}  {c.old_version}"
             else:
                 text = f"  {c.name:<{width}}  {c.old_version:<{vwidth}} -> {c.new_version}"

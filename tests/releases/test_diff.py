@@ -141,5 +141,20 @@ def test_cli_usage_error_exits_2(capsys):
 def test_cli_on_the_real_releases(capsys):
     assert releases_cli.diff(["1.3.0", "1.4.0"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("1.3.0 (releases/1.3.0/cpu.txt) -> 1.4.0 (releases/1.4.0/cpu.txt)")
-    assert "jax " in out
+    assert out.startswith(
+        "cpu locks: 1.3.0 (releases/1.3.0/cpu.txt) -> 1.4.0 (releases/1.4.0/cpu.txt) "
+        "(--platform tpu or gpu for the others)\n"
+    )
+    assert "jax " in out and "test lock" not in out
+
+
+def test_packages_moved_to_the_test_lock_are_named_so(capsys):
+    """1.7.0 locked the test tools apart: what left its cpu lock is in its test lock."""
+    assert releases_cli.diff(["1.6.0", "1.7.0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    moved = [n for n in diff.load("1.6.0").pins if n not in diff.load("1.7.0").pins]
+    assert lines[1].startswith(f"{len(moved)} changed ({len(moved)} removed: {len(moved)} of them")
+    assert lines[2] == "moved to the test lock (releases/1.7.0/test.txt):"
+    assert "removed:" not in lines and {line.split()[0] for line in lines[3:]} == set(moved)
+    assert releases_cli.diff(["1.6.0", "1.7.0", "--platform", "tpu"]) == 0
+    assert capsys.readouterr().out.startswith("tpu locks: 1.6.0 (releases/1.6.0/tpu.txt)")
