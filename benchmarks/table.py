@@ -16,6 +16,8 @@ START, END = "<!-- bench-table:start -->", "<!-- bench-table:end -->"
 ACCELERATOR = "accelerator"
 ACCEL_START = "<!-- accelerator-bench-table:start -->"
 ACCEL_END = "<!-- accelerator-bench-table:end -->"
+# benchmarks/decode's --roofline records (kind "decode"), kept beside them, one per device.
+DECODE = "decode"
 # Rows in this order; a record's key is (config name, dtype).
 CONFIG_ORDER = ("BenchLm", "LargeBenchLm", "SmallBenchLm")
 DTYPES = {"float32": "f32", "bfloat16": "bf16"}
@@ -90,8 +92,13 @@ def load(path: Path = BENCH_JSON) -> list[dict]:
     return json.loads(path.read_text()) if path.is_file() else []
 
 
+def _cpu(r: dict) -> bool:
+    """A `./noxw -s bench` record (they carry no kind)."""
+    return r.get("kind") not in (ACCELERATOR, DECODE)
+
+
 def recorded_table(path: Path = BENCH_JSON) -> str:
-    return render_table([r for r in load(path) if r.get("kind") != ACCELERATOR])
+    return render_table([r for r in load(path) if _cpu(r)])
 
 
 PAGES = (ROOT / "README.md", ROOT / "docs" / "benchmarks.md")  # the files holding the table
@@ -105,7 +112,7 @@ def block(path: Path = BENCH_JSON) -> tuple[str, str, str]:
 def record(result: dict, path: Path = BENCH_JSON, readme_path: Path | None = None) -> None:
     """Store `result` in path (replacing the record of the same config and dtype) and rewrite
     the table's blocks (in readme_path, or in every page of PAGES) from the file."""
-    kept = [r for r in load(path) if r.get("kind") == ACCELERATOR or key(r) != key(result)]
+    kept = [r for r in load(path) if not _cpu(r) or key(r) != key(result)]
     _store([*kept, result], path)
     for page in [readme_path] if readme_path else [p for p in PAGES if p.is_file()]:
         text = page.read_text()
@@ -113,11 +120,19 @@ def record(result: dict, path: Path = BENCH_JSON, readme_path: Path | None = Non
 
 
 def _store(records: list[dict], path: Path) -> None:
-    cpu = sorted((r for r in records if r.get("kind") != ACCELERATOR), key=key)
+    cpu = sorted((r for r in records if _cpu(r)), key=key)
     accelerator = sorted(
         (r for r in records if r.get("kind") == ACCELERATOR), key=lambda r: r["machine"]["device"]
     )
-    path.write_text(json.dumps(cpu + accelerator, indent=2) + "\n")
+    decode = sorted((r for r in records if r.get("kind") == DECODE), key=lambda r: r["device"])
+    path.write_text(json.dumps(cpu + accelerator + decode, indent=2) + "\n")
+
+
+def record_decode(result: dict, path: Path = BENCH_JSON) -> None:
+    """Store a decode --roofline record, replacing the record of the same device."""
+    device = result["device"]
+    kept = [r for r in load(path) if r.get("kind") != DECODE or r["device"] != device]
+    _store([*kept, result], path)
 
 
 def _setting(r: dict) -> str:

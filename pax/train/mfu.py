@@ -55,11 +55,12 @@ def flops_per_step(c: ModelConfig, batch: int, causal_half: bool = False) -> flo
     return flops_per_token(c, c.seq_len, causal_half) * batch * c.seq_len
 
 
-def table_peak(device_kind: str):
+def table_peak(device_kind: str, table: dict = PEAK_FLOPS_BY_DEVICE_KIND):
+    """The `table`'s figure for a device kind (default: its dense bf16 FLOP/s), or None."""
     # Longest key first, so 'TPU v5 lite' wins over 'TPU v5'.
-    for kind in sorted(PEAK_FLOPS_BY_DEVICE_KIND, key=len, reverse=True):
+    for kind in sorted(table, key=len, reverse=True):
         if kind.lower() in device_kind.lower():
-            return PEAK_FLOPS_BY_DEVICE_KIND[kind]
+            return table[kind]
     return None
 
 
