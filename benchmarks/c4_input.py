@@ -27,6 +27,7 @@ from pax.data.tokenizers import train_spm
 from pax.experiments.config import DatasetConfig
 from pax.tasks.lm.params.c4 import C4Spmd1BAdam4Replicas, C4SpmdTinyAdam1Replica
 from pax.train import loop, mfu
+from pax.train.instantiate import instantiate
 
 TPU_V4_HOST_CHIPS = 4
 ASSUMED_MFU = 0.5  # for the 1B run's need on TPU v4; Pax-scale runs reach 40-60%
@@ -64,7 +65,7 @@ def tiny_trainer_tokens_per_s(data_dir: str, job_dir: str, steps: int = 10) -> f
         },
     )
     loop.train(
-        loop.prepare(exp(), devices=jax.devices()[:1]),
+        instantiate(exp(), devices=jax.devices()[:1]),
         job_dir,
         "benchmarks.C4Tiny",
         checkpoint_saving=False,

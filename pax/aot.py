@@ -294,8 +294,9 @@ def analyze(plan: Plan, native: bool) -> dict:
     import jax
 
     from pax.parallel import pipeline
-    from pax.train import loop, placement
+    from pax.train import placement
     from pax.train import state as state_lib
+    from pax.train.instantiate import instantiate
 
     cls = _experiment(plan)
     size = _mesh_size(cls)
@@ -304,7 +305,7 @@ def analyze(plan: Plan, native: bool) -> dict:
     tpu = native and platform == "tpu"
     devices = target.devices() if native else jax.devices()[:size]
     on_target = _as_on_target(cls, tpu, gpu=native and platform == "gpu")
-    run = loop.prepare(on_target(), devices=devices)
+    run = instantiate(on_target(), devices=devices)
     place = placement.for_run(run)
     state, batch = _abstract_inputs(run, place, size)
     start = time.perf_counter()

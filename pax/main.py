@@ -18,6 +18,7 @@ from pax.errors import PaxError, UsageError, report
 from pax.experiments import base, describe, overrides, registry
 from pax.parallel import accelerator, distributed
 from pax.train import loop, preemption
+from pax.train.instantiate import instantiate
 
 _PAX_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -121,7 +122,7 @@ def main(argv):
     distributed.initialize(_SERVER_ADDR.value, _NUM_HOSTS.value, _HOST_IDX.value)
     accelerator.claim()  # a chip another process holds: one line naming it, before any output
     # Decoding reads no training input (a C4 experiment decodes --prompt without its data).
-    run = loop.prepare(experiment_cls(), with_data=not decoding)
+    run = instantiate(experiment_cls(), with_data=not decoding)
     # Decoding's own checks (checkpoint vs experiment, tokenizer, prompts, sampling) come
     # before the first log line too.
     decoder = (

@@ -97,10 +97,11 @@ def tiny_job(tmp_path_factory):
     import jax
 
     from pax.train import loop
+    from pax.train.instantiate import instantiate
     from tests.helpers import Tiny
 
     job = tmp_path_factory.mktemp("tiny") / "job"
-    loop.train(loop.prepare(Tiny(), devices=jax.devices()[:1]), str(job), "tests.Tiny")
+    loop.train(instantiate(Tiny(), devices=jax.devices()[:1]), str(job), "tests.Tiny")
     return job
 
 

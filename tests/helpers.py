@@ -56,8 +56,9 @@ def train(job_dir, experiment=Tiny, **flags):
     import jax
 
     from pax.train import loop
+    from pax.train.instantiate import instantiate
 
-    run = loop.prepare(experiment(), devices=jax.devices()[:1])
+    run = instantiate(experiment(), devices=jax.devices()[:1])
     return loop.train(run, str(job_dir), "tests.Tiny", **flags)
 
 

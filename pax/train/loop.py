@@ -1,4 +1,10 @@
-"""The train and eval loops: every side effect (files, logs) lives here, around pure steps."""
+"""The train and eval loops: every side effect (files, logs) lives here, around pure steps.
+
+A run (pax.train.instantiate) is trained in the order this file reads: the job directory checked,
+the newest checkpoint restored, config.json and manifest.json written, then the steps, each
+saving, summarizing and evaluating on its schedule; `evaluate` restores and evaluates once."""
+
+from __future__ import annotations
 
 import contextlib
 import dataclasses
@@ -14,149 +20,12 @@ from jax.experimental import multihost_utils
 from pax import data, envinfo
 from pax.checkpoint.manager import Checkpointer
 from pax.errors import PaxError, UsageError
-from pax.experiments import base
 from pax.experiments import config as config_lib
-from pax.models.transformer import TransformerLm
-from pax.optim import optimizers
-from pax.parallel import mesh as mesh_lib
 from pax.parallel import pipeline
-from pax.parallel.mesh import build_mesh
 from pax.train import job_config, manifest, mfu, placement, preemption
 from pax.train import state as state_lib
 from pax.train import summaries as summaries_lib
-
-
-@dataclasses.dataclass
-class Run:
-    """Everything resolved before the job directory is touched."""
-
-    task: config_lib.TaskConfig
-    datasets: list
-    mesh: jax.sharding.Mesh
-    model: TransformerLm
-    tx: object
-    lr_schedule: object
-    train_data: object
-    eval_data: dict
-    global_batch: int
-    strategy: str  # placement.SPMD, PIPELINE or PMAP
-    # The parameters' shardings on `mesh`, checked in prepare (None for pmap, which places
-    # whole replicas): placement reuses them.
-    param_shardings: object = None
-
-
-def prepare(experiment, devices=None, with_data: bool = True) -> Run:
-    """Resolve and validate an experiment; raises UsageError before anything is written.
-
-    devices: the devices to build the mesh from (default: all of them). What depends on them
-    is resolved here and recorded in run.task: a -1 in ICI_MESH_SHAPE, and the pipeline's
-    microbatches from MICROBATCH_SIZE (Pax: the global batch over the microbatch size).
-    with_data: build the input pipelines (decoding reads none; train_data is then None).
-    """
-    task = experiment.task()
-    devices = list(devices or jax.devices())
-    task = dataclasses.replace(task, mesh=mesh_lib.resolve(task.mesh, len(devices)))
-    mesh = build_mesh(task.mesh, devices)
-    strategy = placement.strategy(task.mesh)
-    pmap = strategy == placement.PMAP
-    stages = task.mesh.num_stages
-    global_batch = task.train.percore_batch_size * len(devices)
-    batch_shards = mesh.shape["replica"] * mesh.shape["data"]
-    if global_batch % batch_shards or global_batch % jax.process_count():
-        raise UsageError(
-            f"global batch {global_batch} does not split over {batch_shards} batch "
-            f"shards and {jax.process_count()} processes; change PERCORE_BATCH_SIZE"
-        )
-    task = _resolve_microbatches(task, mesh, global_batch, batch_shards)
-    datasets = base.datasets(task)
-    model = TransformerLm(
-        task.model,
-        mesh=None if pmap else mesh,
-        num_stages=stages,
-        num_microbatches=task.mesh.num_microbatches,
-    )
-    # A weight the mesh cannot split is a UsageError here, before any file is written.
-    param_shardings = None if pmap else state_lib.param_shardings(model, mesh)
-    tx, lr_schedule = optimizers.build(task.optimizer, state_lib.repeat_prefix(model))
-    train_cfg = next(d for d in datasets if d.is_training)
-    vocab = task.model.vocab_size
-    train_data = data.build(train_cfg, vocab) if with_data else None
-    if (
-        not pmap
-        and with_data
-        and data.stream(train_data) is not None
-        and placement.shares_rows(mesh, global_batch)
-    ):
-        raise UsageError(
-            "devices of several processes hold the same batch rows (the mesh's `mdl` or `stage` "
-            "spans hosts), but a C4 stream gives each process rows of its own; put only "
-            "`data`/`replica` across hosts (DCN_MESH_SHAPE)"
-        )
-    if (
-        with_data
-        and pmap
-        and not task.train.pmap_use_tensorstore
-        and jax.process_count() > 1
-        and data.stream(train_data) is not None
-    ):
-        raise UsageError(
-            "a single-file Flax checkpoint holds one input position, but each of the "
-            f"{jax.process_count()} processes reads its own share of the stream; "
-            "add --pmap_use_tensorstore"
-        )
-    return Run(
-        task=task,
-        datasets=datasets,
-        mesh=mesh,
-        model=model,
-        tx=tx,
-        lr_schedule=lr_schedule,
-        train_data=train_data,
-        eval_data={
-            d.name: data.build(d, vocab) for d in datasets if not d.is_training and with_data
-        },
-        global_batch=global_batch,
-        strategy=strategy,
-        param_shardings=param_shardings,
-    )
-
-
-def _resolve_microbatches(task, mesh, global_batch: int, batch_shards: int):
-    """The pipeline's microbatch count, checked against the mesh and the batch."""
-    m = task.mesh
-    stages = m.num_stages
-    mesh_stages = mesh.shape.get("stage", 1)
-    if stages != mesh_stages:
-        raise UsageError(
-            f"NUM_STAGES={stages} but the mesh has {mesh_stages} along `stage`; make "
-            "them equal (MESH_AXIS_NAMES needs a `stage` axis for NUM_STAGES > 1)"
-        )
-    if stages == 1:
-        return dataclasses.replace(task, mesh=dataclasses.replace(m, num_microbatches=1))
-    microbatches = m.num_microbatches
-    if m.microbatch_size is not None:
-        # praxis LayerwiseShardablePipelined: num_microbatches = batch // microbatch_size, the
-        # batch being the global one (the layer sees global shapes under SPMD).
-        if global_batch % m.microbatch_size:
-            raise UsageError(
-                f"the global batch of {global_batch} rows does not split into microbatches of "
-                f"MICROBATCH_SIZE={m.microbatch_size}; change PERCORE_BATCH_SIZE or MICROBATCH_SIZE"
-            )
-        microbatches = global_batch // m.microbatch_size
-    if (global_batch // batch_shards) % microbatches:
-        raise UsageError(
-            f"each batch shard holds {global_batch // batch_shards} rows, which do not split "
-            f"into {microbatches} microbatches; change PERCORE_BATCH_SIZE, NUM_MICROBATCHES or "
-            "MICROBATCH_SIZE"
-        )
-    return dataclasses.replace(task, mesh=dataclasses.replace(m, num_microbatches=microbatches))
-
-
-def _write_json(path: str, obj) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, default=str)
-    os.replace(tmp, path)
+from pax.train.instantiate import TrainingRun
 
 
 def check_job_dir(job_dir: str) -> None:
@@ -179,153 +48,8 @@ def check_job_dir(job_dir: str) -> None:
         )
 
 
-def _evaluate(run: Run, place, variables) -> dict:
-    """Token-weighted means over each eval split: EVAL_NUM_BATCHES fixed batches, or with
-    EVAL_NUM_BATCHES=None the whole split once (Pax's reset_for_eval inputs, as its C4 runs)."""
-    results = {}
-    limit = run.task.train.eval_num_batches
-    for name, dataset in run.eval_data.items():
-        outs, index = [], 0
-        while limit is None or index < limit:
-            if limit is None and data.eval_exhausted(dataset, index, run.global_batch):
-                break
-            batch = place.batch(dataset, index)
-            if limit is None and data.stream(dataset) is not None and _all_exhausted(dataset):
-                break  # every process's share of the stream has ended: this batch is padding
-            outs.append(place.metrics(place.eval_step(variables, batch)))
-            index += 1
-        outs = jax.device_get(outs)
-        tokens = np.array([o["num_tokens"] for o in outs])
-        results[f"eval_test_{name}"] = {
-            k: float(np.sum([o[k] for o in outs] * tokens) / max(tokens.sum(), 1))
-            for k in ("loss", "log_pplx", "accuracy")
-        } | {"num_tokens": float(tokens.sum()), "num_batches": float(len(outs))}
-    return results
-
-
-def _all_exhausted(stream) -> bool:
-    """Whether the stream has ended on every process (each reads its own share of a split)."""
-    if jax.process_count() == 1:
-        return stream.exhausted
-    flags = multihost_utils.process_allgather(np.array([stream.exhausted]))
-    return bool(np.all(flags))
-
-
-def _config(run: Run, experiment_name: str) -> dict:
-    """What config.json records: the fully resolved experiment."""
-    return {
-        "experiment": experiment_name,
-        "task": config_lib.to_dict(run.task),
-        "datasets": [config_lib.to_dict(d) for d in run.datasets],
-    }
-
-
-def _setup(run: Run, job_dir: str, experiment_name: str, history, mode: str, from_step: int):
-    """Creates the job directory with config.json and manifest.json; returns (peak, summaries).
-
-    Called once the job directory is known to hold this configuration's run (job_config.check,
-    and the checkpoint's own metadata when restoring), so it overwrites nothing of another run.
-    `history` is the manifest already there (None for a new run): this environment is added to
-    it as a segment from `from_step` when it is not the one that last ran it."""
-    config = _config(run, experiment_name)
-    is_writer = jax.process_index() == 0
-    if is_writer:
-        os.makedirs(job_dir, exist_ok=True)
-    devices = list(run.mesh.devices.flat)
-    peak = mfu.peak_flops(devices, run.task.model.fprop_dtype)
-    if is_writer:
-        _write_json(os.path.join(job_dir, job_config.FILE), config)
-        described = manifest.environment(devices, run.mesh, peak)
-        updated = manifest.with_segment(history, described, mode, from_step)
-        if updated is not None:
-            _write_json(os.path.join(job_dir, manifest.FILE), updated)
-            if len(updated["segments"]) > 1:
-                logging.info(
-                    "%s %s from step %d: segment %d of this run's history in %s",
-                    manifest.name(updated["segments"][-1]),
-                    "trains" if mode == "train" else "evaluates",
-                    from_step,
-                    len(updated["segments"]),
-                    manifest.FILE,
-                )
-    return peak, summaries_lib.Summaries(job_dir, enabled=is_writer)
-
-
-class NonFiniteError(PaxError):
-    """NAN_POLICY=stop: a step's loss or gradients were NaN/Inf."""
-
-
-def _check_finite(flags: list, policy: str, checkpointer: Checkpointer) -> None:
-    """Reads back the steps' finiteness flags; stops or warns by policy."""
-    bad = [step for step, finite in jax.device_get(flags) if not finite]
-    if not bad:
-        return
-    if policy == "skip":
-        logging.warning("non-finite loss or gradients at step(s) %s: updates skipped", bad)
-        return
-    latest = checkpointer.latest_step()
-    kept = (
-        f"checkpoint_{latest:08d} is the last good one"
-        if latest is not None
-        else "no checkpoint was written"
-    )
-    raise NonFiniteError(
-        f"loss or gradients became NaN/Inf at step {bad[0]} (update not applied); "
-        f"{kept}; lower LEARNING_RATE, or --set NAN_POLICY=skip to skip such steps"
-    )
-
-
-class _StepTimer:
-    """Step time over the steps since the last reading; the first step (compilation) excluded."""
-
-    def __init__(self):
-        self.start, self.steps = None, 0
-
-    def step_done(self, metrics) -> None:
-        if self.start is None:
-            jax.block_until_ready(metrics)
-            self.start = time.perf_counter()
-        else:
-            self.steps += 1
-
-    def read(self):
-        """Seconds per step since the last read (None before any measured step); restarts."""
-        now = time.perf_counter()
-        seconds = (now - self.start) / self.steps if self.steps else None
-        self.start, self.steps = now, 0
-        return seconds
-
-    def restart(self) -> None:
-        if self.start is not None:
-            self.start, self.steps = time.perf_counter(), 0
-
-
-def _log_header(run: Run, place, experiment_name: str, peak: dict) -> None:
-    logging.info(
-        "%s: %.2fM parameters, %s over %s, global batch %d, peak %.3g FLOP/s (%s)",
-        experiment_name,
-        state_lib.num_params(place.abstract, run.task.model) / 1e6,
-        "pmap" if run.strategy == placement.PMAP else "mesh",
-        dict(run.mesh.shape),
-        run.global_batch,
-        peak["flops"],
-        peak["source"],
-    )
-    # Where the large weights live (pmap keeps a whole replica on every device by design).
-    if run.strategy != placement.PMAP:
-        for line in state_lib.sharding_lines(place.abstract):
-            logging.info("sharding: %s", line)
-    if run.task.mesh.num_stages > 1:
-        logging.info(
-            "pipeline: %d stages, %d microbatches, bubble fraction %.3f",
-            run.task.mesh.num_stages,
-            run.task.mesh.num_microbatches,
-            pipeline.bubble_fraction(run.task.mesh.num_stages, run.task.mesh.num_microbatches),
-        )
-
-
 def train(
-    run: Run,
+    run: TrainingRun,
     job_dir: str,
     experiment_name: str,
     checkpoint_saving: bool = True,
@@ -387,6 +111,79 @@ def train(
             summaries.close()
 
 
+def _config(run: TrainingRun, experiment_name: str) -> dict:
+    """What config.json records: the fully resolved experiment."""
+    return {
+        "experiment": experiment_name,
+        "task": config_lib.to_dict(run.task),
+        "datasets": [config_lib.to_dict(d) for d in run.datasets],
+    }
+
+
+def _setup(
+    run: TrainingRun, job_dir: str, experiment_name: str, history, mode: str, from_step: int
+):
+    """Creates the job directory with config.json and manifest.json; returns (peak, summaries).
+
+    Called once the job directory is known to hold this configuration's run (job_config.check,
+    and the checkpoint's own metadata when restoring), so it overwrites nothing of another run.
+    `history` is the manifest already there (None for a new run): this environment is added to
+    it as a segment from `from_step` when it is not the one that last ran it."""
+    config = _config(run, experiment_name)
+    is_writer = jax.process_index() == 0
+    if is_writer:
+        os.makedirs(job_dir, exist_ok=True)
+    devices = list(run.mesh.devices.flat)
+    peak = mfu.peak_flops(devices, run.task.model.fprop_dtype)
+    if is_writer:
+        _write_json(os.path.join(job_dir, job_config.FILE), config)
+        described = manifest.environment(devices, run.mesh, peak)
+        updated = manifest.with_segment(history, described, mode, from_step)
+        if updated is not None:
+            _write_json(os.path.join(job_dir, manifest.FILE), updated)
+            if len(updated["segments"]) > 1:
+                logging.info(
+                    "%s %s from step %d: segment %d of this run's history in %s",
+                    manifest.name(updated["segments"][-1]),
+                    "trains" if mode == "train" else "evaluates",
+                    from_step,
+                    len(updated["segments"]),
+                    manifest.FILE,
+                )
+    return peak, summaries_lib.Summaries(job_dir, enabled=is_writer)
+
+
+def _write_json(path: str, obj) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, default=str)
+    os.replace(tmp, path)
+
+
+def _log_header(run: TrainingRun, place, experiment_name: str, peak: dict) -> None:
+    logging.info(
+        "%s: %.2fM parameters, %s over %s, global batch %d, peak %.3g FLOP/s (%s)",
+        experiment_name,
+        state_lib.num_params(place.abstract, run.task.model) / 1e6,
+        "pmap" if run.strategy == placement.PMAP else "mesh",
+        dict(run.mesh.shape),
+        run.global_batch,
+        peak["flops"],
+        peak["source"],
+    )
+    # Where the large weights live (pmap keeps a whole replica on every device by design).
+    if run.strategy != placement.PMAP:
+        for line in state_lib.sharding_lines(place.abstract):
+            logging.info("sharding: %s", line)
+    if run.task.mesh.num_stages > 1:
+        logging.info(
+            "pipeline: %d stages, %d microbatches, bubble fraction %.3f",
+            run.task.mesh.num_stages,
+            run.task.mesh.num_microbatches,
+            pipeline.bubble_fraction(run.task.mesh.num_stages, run.task.mesh.num_microbatches),
+        )
+
+
 @dataclasses.dataclass
 class _Edges:
     """Where the training steps' side effects go."""
@@ -398,7 +195,7 @@ class _Edges:
     on_summary: object  # train's on_summary
 
 
-def _train_steps(run: Run, place, state, step: int, edges: _Edges) -> dict:
+def _train_steps(run: TrainingRun, place, state, step: int, edges: _Edges) -> dict:
     """Steps from `step` to NUM_TRAIN_STEPS (fewer when TARGET_LOG_PPLX is reached), saving,
     summarizing and evaluating on their schedules; returns the last train summary."""
     cfg = run.task.train
@@ -439,7 +236,56 @@ def _train_steps(run: Run, place, state, step: int, edges: _Edges) -> dict:
     return last
 
 
-def _train_summary(run: Run, step: int, metrics, timer: _StepTimer, edges: _Edges) -> dict:
+class _StepTimer:
+    """Step time over the steps since the last reading; the first step (compilation) excluded."""
+
+    def __init__(self):
+        self.start, self.steps = None, 0
+
+    def step_done(self, metrics) -> None:
+        if self.start is None:
+            jax.block_until_ready(metrics)
+            self.start = time.perf_counter()
+        else:
+            self.steps += 1
+
+    def read(self):
+        """Seconds per step since the last read (None before any measured step); restarts."""
+        now = time.perf_counter()
+        seconds = (now - self.start) / self.steps if self.steps else None
+        self.start, self.steps = now, 0
+        return seconds
+
+    def restart(self) -> None:
+        if self.start is not None:
+            self.start, self.steps = time.perf_counter(), 0
+
+
+def _check_finite(flags: list, policy: str, checkpointer: Checkpointer) -> None:
+    """Reads back the steps' finiteness flags; stops or warns by policy."""
+    bad = [step for step, finite in jax.device_get(flags) if not finite]
+    if not bad:
+        return
+    if policy == "skip":
+        logging.warning("non-finite loss or gradients at step(s) %s: updates skipped", bad)
+        return
+    latest = checkpointer.latest_step()
+    kept = (
+        f"checkpoint_{latest:08d} is the last good one"
+        if latest is not None
+        else "no checkpoint was written"
+    )
+    raise NonFiniteError(
+        f"loss or gradients became NaN/Inf at step {bad[0]} (update not applied); "
+        f"{kept}; lower LEARNING_RATE, or --set NAN_POLICY=skip to skip such steps"
+    )
+
+
+class NonFiniteError(PaxError):
+    """NAN_POLICY=stop: a step's loss or gradients were NaN/Inf."""
+
+
+def _train_summary(run: TrainingRun, step: int, metrics, timer: _StepTimer, edges: _Edges) -> dict:
     """The step's metrics with speed (step time, tokens/s, MFU), written and logged."""
     tokens_per_step = run.global_batch * run.task.model.seq_len
     flops_per_step = mfu.flops_per_step(run.task.model, run.global_batch)
@@ -456,6 +302,38 @@ def _train_summary(run: Run, step: int, metrics, timer: _StepTimer, edges: _Edge
     if edges.summaries.enabled:
         summaries_lib.log_train(step, run.task.train.num_train_steps, values)
     return values
+
+
+def _evaluate(run: TrainingRun, place, variables) -> dict:
+    """Token-weighted means over each eval split: EVAL_NUM_BATCHES fixed batches, or with
+    EVAL_NUM_BATCHES=None the whole split once (Pax's reset_for_eval inputs, as its C4 runs)."""
+    results = {}
+    limit = run.task.train.eval_num_batches
+    for name, dataset in run.eval_data.items():
+        outs, index = [], 0
+        while limit is None or index < limit:
+            if limit is None and data.eval_exhausted(dataset, index, run.global_batch):
+                break
+            batch = place.batch(dataset, index)
+            if limit is None and data.stream(dataset) is not None and _all_exhausted(dataset):
+                break  # every process's share of the stream has ended: this batch is padding
+            outs.append(place.metrics(place.eval_step(variables, batch)))
+            index += 1
+        outs = jax.device_get(outs)
+        tokens = np.array([o["num_tokens"] for o in outs])
+        results[f"eval_test_{name}"] = {
+            k: float(np.sum([o[k] for o in outs] * tokens) / max(tokens.sum(), 1))
+            for k in ("loss", "log_pplx", "accuracy")
+        } | {"num_tokens": float(tokens.sum()), "num_batches": float(len(outs))}
+    return results
+
+
+def _all_exhausted(stream) -> bool:
+    """Whether the stream has ended on every process (each reads its own share of a split)."""
+    if jax.process_count() == 1:
+        return stream.exhausted
+    flags = multihost_utils.process_allgather(np.array([stream.exhausted]))
+    return bool(np.all(flags))
 
 
 def _write_evals(step: int, results: dict, summaries: summaries_lib.Summaries) -> None:
@@ -484,7 +362,9 @@ def _reached_target(results: dict, target, step: int) -> bool:
     return True
 
 
-def evaluate(run: Run, job_dir: str, experiment_name: str, allow_env_change: bool = False) -> dict:
+def evaluate(
+    run: TrainingRun, job_dir: str, experiment_name: str, allow_env_change: bool = False
+) -> dict:
     """Evaluate the newest checkpoint in job_dir on every eval split (another release or lock
     than the one that last ran it only with allow_env_change, as train)."""
     job_config.check(job_dir, _config(run, experiment_name))  # before restore: names the fields
@@ -506,9 +386,6 @@ def evaluate(run: Run, job_dir: str, experiment_name: str, allow_env_change: boo
             )
         _, summaries = _setup(run, job_dir, experiment_name, history, "eval", latest)
         results = _evaluate(run, place, state_lib.model_variables(place.place(state)))
-        for split, values in results.items():
-            summaries.write(split, latest, values)
-            if summaries.enabled:
-                summaries_lib.log_eval(latest, split, values)
+        _write_evals(latest, results, summaries)
         summaries.close()
     return results

@@ -21,6 +21,7 @@ from pax import paths
 from pax.checkpoint import manager
 from pax.errors import UsageError
 from pax.train import job_config, loop
+from pax.train.instantiate import instantiate
 from tests.helpers import OTHER, Tiny, derive, read_metrics, refusal, train, truncate_files
 
 ROOT = str(paths.ROOT)
@@ -101,7 +102,7 @@ def test_config_json_differences_are_usage_errors(job, change, named, back):
 
 def test_another_experiment_is_named_as_such(job):
     before = _snapshot(job)
-    run = loop.prepare(Tiny(), devices=jax.devices()[:1])
+    run = instantiate(Tiny(), devices=jax.devices()[:1])
     with pytest.raises(UsageError) as error:
         loop.train(run, str(job), "tests.Other")
     assert str(error.value) == (

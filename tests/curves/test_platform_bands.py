@@ -5,8 +5,7 @@ import json
 
 import pytest
 
-from pax.curves import cli
-from pax.curves import reference
+from pax.curves import cli, reference
 
 
 @pytest.fixture

@@ -12,12 +12,13 @@ from pax.decode import decoder as decoder_lib  # noqa: E402
 from pax.decode.options import Options  # noqa: E402
 from pax.errors import UsageError  # noqa: E402
 from pax.train import loop  # noqa: E402
+from pax.train.instantiate import instantiate  # noqa: E402
 from tests.data.test_c4_train import TinyC4  # noqa: E402
 from tests.helpers import derive  # noqa: E402
 
 
 def _decoder(experiment_cls, job, **options):
-    run = loop.prepare(experiment_cls(), devices=jax.devices()[:1], with_data=False)
+    run = instantiate(experiment_cls(), devices=jax.devices()[:1], with_data=False)
     return decoder_lib.Decoder(run, str(job), Options(**options), need_checkpoint=True)
 
 
@@ -25,7 +26,7 @@ def _decoder(experiment_cls, job, **options):
 def spm_run(shards, spm_model, tmp_path_factory):
     experiment = derive(TinyC4, DATA_DIR=str(shards), TOKENIZER_PATH=spm_model, VOCAB_SIZE=300)
     job = tmp_path_factory.mktemp("spm") / "job"
-    loop.train(loop.prepare(experiment(), devices=jax.devices()[:1]), str(job), "tests.TinyC4")
+    loop.train(instantiate(experiment(), devices=jax.devices()[:1]), str(job), "tests.TinyC4")
     return experiment, job
 
 
@@ -51,7 +52,7 @@ def test_sentencepiece_prompts_and_completions(spm_run, spm_model, capsys):
 def test_a_byte_level_run_refuses_a_sentencepiece_tokenizer(shards, spm_model, tmp_path):
     byte_level = derive(TinyC4, DATA_DIR=str(shards))
     job = tmp_path / "job"
-    loop.train(loop.prepare(byte_level(), devices=jax.devices()[:1]), str(job), "tests.TinyC4")
+    loop.train(instantiate(byte_level(), devices=jax.devices()[:1]), str(job), "tests.TinyC4")
     with pytest.raises(UsageError) as e:
         _decoder(derive(byte_level, TOKENIZER_PATH=spm_model), job, prompts=("x",))
     assert "trained with byte-level tokens" in str(e.value)

@@ -14,6 +14,7 @@ from pax.checkpoint.manager import Checkpointer  # noqa: E402
 from pax.data import c4  # noqa: E402
 from pax.tasks.lm.params.c4 import C4SpmdTinyAdam1Replica  # noqa: E402
 from pax.train import loop  # noqa: E402
+from pax.train.instantiate import instantiate  # noqa: E402
 from tests.helpers import ShortRun, derive, read_metrics  # noqa: E402
 
 
@@ -26,7 +27,7 @@ class TinyC4(ShortRun, C4SpmdTinyAdam1Replica):
 
 
 def _train(job_dir, experiment_cls):
-    run = loop.prepare(experiment_cls(), devices=jax.devices()[:1])
+    run = instantiate(experiment_cls(), devices=jax.devices()[:1])
     loop.train(run, str(job_dir), "tests.TinyC4")
     return read_metrics(job_dir)
 
@@ -58,9 +59,7 @@ def test_trains_and_resumes_exactly(spm_experiment, tmp_path_factory):
 
 
 def _stream(shards):
-    return loop.prepare(
-        derive(TinyC4, DATA_DIR=str(shards))(), devices=jax.devices()[:1]
-    ).train_data
+    return instantiate(derive(TinyC4, DATA_DIR=str(shards))(), devices=jax.devices()[:1]).train_data
 
 
 def test_checkpoints_without_input_position_still_restore(shards, tmp_path):
@@ -117,8 +116,8 @@ def test_multihost_pmap_on_a_stream_needs_tensorstore_checkpoints(shards, monkey
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     pmap = derive(TinyC4, DATA_DIR=str(shards), ICI_MESH_SHAPE=None)
     with pytest.raises(loop.UsageError, match="holds one input position.*--pmap_use_tensorstore"):
-        loop.prepare(pmap(), devices=jax.devices()[:1])
+        instantiate(pmap(), devices=jax.devices()[:1])
     assert (
-        loop.prepare(derive(pmap, PMAP_USE_TENSORSTORE=True)(), devices=jax.devices()[:1]).strategy
+        instantiate(derive(pmap, PMAP_USE_TENSORSTORE=True)(), devices=jax.devices()[:1]).strategy
         == "pmap"
     )

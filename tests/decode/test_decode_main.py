@@ -14,7 +14,7 @@ from pax.decode import decoder as decoder_lib
 from pax.decode.options import Options
 from pax.decode.sampling import Sampling
 from pax.errors import UsageError
-from pax.train import loop
+from pax.train.instantiate import instantiate
 from tests.helpers import Tiny, derive
 
 ROOT = str(paths.ROOT)
@@ -200,7 +200,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(pax_main, job, args, me
     ],
 )
 def test_more_bad_input_is_a_usage_error_before_anything_runs(trained, attrs, options, message):
-    run = loop.prepare(derive(Tiny, **attrs)(), devices=jax.devices()[:1], with_data=False)
+    run = instantiate(derive(Tiny, **attrs)(), devices=jax.devices()[:1], with_data=False)
     with pytest.raises(UsageError) as e:
         decoder_lib.Decoder(run, str(trained), Options(**{"prompts": ("x",), **options}), True)
     assert message in str(e.value)

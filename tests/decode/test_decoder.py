@@ -10,7 +10,8 @@ from pax.decode import decoder as decoder_lib
 from pax.decode import generate as gen
 from pax.decode.options import Options
 from pax.models.transformer import TransformerLm
-from pax.train import loop, placement
+from pax.train import placement
+from pax.train.instantiate import instantiate
 from tests.helpers import Tiny, derive
 from tests.parallel.test_pipeline import Piped
 
@@ -33,7 +34,7 @@ def test_unstaged_parameters_compute_what_the_pipeline_computes(repeated):
 
 def _checkpointed(experiment_cls, job, devices):
     """A run of experiment_cls with a fresh state saved as step 6; its unplaced state."""
-    run = loop.prepare(experiment_cls(), devices=devices, with_data=False)
+    run = instantiate(experiment_cls(), devices=devices, with_data=False)
     place = placement.for_run(run)
     state = place.init(seed=3)
     checkpointer = place.checkpointer(str(job), saving=True)
@@ -50,7 +51,7 @@ def _decode(run, job):
 def _reference(params, cfg):
     """The same prompts through the plain model on one device."""
     one = derive(Tiny, NUM_LAYERS=cfg.num_layers)
-    run = loop.prepare(one(), devices=jax.devices()[:1], with_data=False)
+    run = instantiate(one(), devices=jax.devices()[:1], with_data=False)
     decoder = decoder_lib.Decoder(run, "/nonexistent", Options(prompts=PROMPTS, max_new_tokens=6))
     records = decoder.decode({"params": jax.tree.map(jnp.asarray, params)}, 6)
     return [(r["completion"], r["completion_tokens"]) for r in records]
@@ -86,7 +87,7 @@ def test_decoding_reads_the_parameters_only(tmp_path, mesh):
     extra = {"ICI_MESH_SHAPE": None, "PERCORE_BATCH_SIZE": 4} if mesh == "pmap" else {}
     devices = jax.devices()[:1]
     _, state = _checkpointed(derive(Tiny, OPTIMIZER="adafactor", **extra), tmp_path, devices)
-    adam = loop.prepare(derive(Tiny, **extra)(), devices=devices, with_data=False)
+    adam = instantiate(derive(Tiny, **extra)(), devices=devices, with_data=False)
     options = Options(prompts=PROMPTS, max_new_tokens=6)
     decoder = decoder_lib.Decoder(adam, str(tmp_path), options, True)
     variables = decoder.variables(decoder.checkpointer(), 6)

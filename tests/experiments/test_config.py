@@ -16,6 +16,7 @@ from pax.experiments.base import BaseExperiment, resolve
 from pax.models import feed_forward, transformer
 from pax.parallel import mesh as mesh_lib
 from pax.train import loop
+from pax.train.instantiate import instantiate
 from tests.helpers import Tiny, derive, read_metrics
 
 
@@ -95,7 +96,7 @@ def test_minus_one_takes_the_devices_left_over():
 def test_tiny_experiments_fit_any_device_count():
     for name in ("LmCloudSpmdTiny", "C4SpmdTinyAdam1Replica"):
         assert -1 in registry.get(name).ICI_MESH_SHAPE
-    run = loop.prepare(derive(Tiny, ICI_MESH_SHAPE=(1, -1, 1))(), devices=jax.devices()[:8])
+    run = instantiate(derive(Tiny, ICI_MESH_SHAPE=(1, -1, 1))(), devices=jax.devices()[:8])
     assert dict(run.mesh.shape) == {"replica": 1, "data": 8, "mdl": 1}
     assert run.task.mesh.ici_mesh_shape == (1, 8, 1)  # what config.json records
     assert run.global_batch == 8 * Tiny.PERCORE_BATCH_SIZE
@@ -112,11 +113,11 @@ PIPED = dict(
 
 def test_microbatch_size_sets_the_microbatches_from_the_global_batch():
     # praxis LayerwiseShardablePipelined: num_microbatches = global batch // microbatch_size.
-    run = loop.prepare(derive(Tiny, **PIPED, MICROBATCH_SIZE=4)())
+    run = instantiate(derive(Tiny, **PIPED, MICROBATCH_SIZE=4)())
     assert run.global_batch == 16 and run.task.mesh.num_microbatches == 4
     assert run.model.num_microbatches == 4
     with pytest.raises(UsageError, match="does not split into microbatches of MICROBATCH_SIZE=3"):
-        loop.prepare(derive(Tiny, **PIPED, MICROBATCH_SIZE=3)())
+        instantiate(derive(Tiny, **PIPED, MICROBATCH_SIZE=3)())
 
 
 def test_the_pipeline_experiment_runs_paxs_four_microbatches():
@@ -146,7 +147,7 @@ def test_whole_split_eval_covers_every_held_out_window_once():
 
 def test_eval_num_batches_none_evaluates_the_whole_split(tmp_path):
     exp = derive(Tiny, EVAL_NUM_BATCHES=None, NUM_TRAIN_STEPS=3, EVAL_EVERY_N_STEPS=3)
-    run = loop.prepare(exp(), devices=jax.devices()[:1])
+    run = instantiate(exp(), devices=jax.devices()[:1])
     loop.train(run, str(tmp_path), "tests.Tiny")
     [row] = read_metrics(tmp_path, "eval_test_embedded")
     tokens = ByteTokenizer().encode(embedded_text())
@@ -161,7 +162,7 @@ def test_target_log_pplx_stops_training_after_the_eval_that_reaches_it(tmp_path)
     exp = derive(Tiny, NUM_TRAIN_STEPS=6, EVAL_EVERY_N_STEPS=2, CHECKPOINT_EVERY_N_STEPS=5)
     # First eval at step 2: a fresh model's log-perplexity is about ln 256 ~ 5.5 < 9.
     loop.train(
-        loop.prepare(derive(exp, TARGET_LOG_PPLX=9.0)(), devices=jax.devices()[:1]),
+        instantiate(derive(exp, TARGET_LOG_PPLX=9.0)(), devices=jax.devices()[:1]),
         str(tmp_path / "a"),
         "tests.Tiny",
     )
@@ -171,7 +172,7 @@ def test_target_log_pplx_stops_training_after_the_eval_that_reaches_it(tmp_path)
     ]
     # Out of reach: the run goes to NUM_TRAIN_STEPS.
     loop.train(
-        loop.prepare(derive(exp, TARGET_LOG_PPLX=0.1)(), devices=jax.devices()[:1]),
+        instantiate(derive(exp, TARGET_LOG_PPLX=0.1)(), devices=jax.devices()[:1]),
         str(tmp_path / "b"),
         "tests.Tiny",
     )
@@ -202,12 +203,13 @@ def test_a_job_directory_from_before_a_new_hyper_parameter_resumes_at_its_defaul
     import json
 
     from pax.train import job_config, loop
+    from pax.train.instantiate import instantiate
 
-    run = loop.prepare(Tiny(), with_data=False)
+    run = instantiate(Tiny(), with_data=False)
     written = job_config.as_written(loop._config(run, "tests.Tiny"))
     del written["task"]["model"]["vocab_pad_multiple"]
     (tmp_path / job_config.FILE).write_text(json.dumps(written))
     job_config.check(str(tmp_path), loop._config(run, "tests.Tiny"))
-    padded = loop.prepare(derive(Tiny, VOCAB_PAD_MULTIPLE=8)(), with_data=False)
+    padded = instantiate(derive(Tiny, VOCAB_PAD_MULTIPLE=8)(), with_data=False)
     with pytest.raises(UsageError, match="task.model.vocab_pad_multiple is absent in its"):
         job_config.check(str(tmp_path), loop._config(padded, "tests.Tiny"))

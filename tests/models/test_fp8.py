@@ -13,6 +13,7 @@ from pax.models.fp8 import OWG
 from pax.parallel import sharding
 from pax.train import loop
 from pax.train import state as state_lib
+from pax.train.instantiate import instantiate
 from pax.train.step import make_train_step
 from tests.helpers import Tiny, derive, read_metrics
 
@@ -31,7 +32,7 @@ class _Trace:
     """`steps` train steps of an experiment, keeping every state (no donation) and the metrics."""
 
     def __init__(self, experiment_cls, devices, steps=STEPS):
-        self.run = loop.prepare(experiment_cls(), devices=devices)
+        self.run = instantiate(experiment_cls(), devices=devices)
         self.abstract, shardings = state_lib.shardings(self.run.model, self.run.tx, self.run.mesh)
         self.step = jax.jit(
             make_train_step(self.run.model, self.run.tx, self.run.lr_schedule),
@@ -173,7 +174,7 @@ def test_2d_mesh_matches_one_device_and_replicates_the_scales(fp8, tmp_path):
         EVAL_EVERY_N_STEPS=STEPS,
         CHECKPOINT_EVERY_N_STEPS=STEPS,
     )
-    run = loop.prepare(experiment())
+    run = instantiate(experiment())
     loop.train(run, str(tmp_path), "tests.Fp8Tiny")
     metrics = read_metrics(tmp_path)
     # F32 agrees to 1e-4 across meshes (test_train). Here sharded matmuls sum in another order,

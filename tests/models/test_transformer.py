@@ -11,7 +11,7 @@ from pax.errors import UsageError
 from pax.models import kernels
 from pax.models.positions import rotary
 from pax.models.transformer import TransformerLm, lm_loss
-from pax.train import loop
+from pax.train.instantiate import instantiate
 from tests.helpers import Tiny, derive
 
 
@@ -260,7 +260,7 @@ def test_query_chunked_attention_is_the_same_math():
 
 def test_query_chunk_must_divide_the_sequence():
     with pytest.raises(UsageError, match="ATTENTION_QUERY_CHUNK=12 does not divide SEQ_LEN=32"):
-        loop.prepare(derive(Tiny, ATTENTION_QUERY_CHUNK=12)())
+        instantiate(derive(Tiny, ATTENTION_QUERY_CHUNK=12)())
 
 
 def test_cpu_kernels_off_is_the_same_math_and_supports_forward_mode_autodiff():

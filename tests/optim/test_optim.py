@@ -11,7 +11,7 @@ from pax.decode.generate import unscan
 from pax.experiments.config import PARAMS, OptimizerConfig
 from pax.models.transformer import TransformerLm, lm_loss
 from pax.optim import optimizers, schedules
-from pax.train import loop
+from pax.train.instantiate import instantiate
 from pax.train.step import make_train_step
 from tests.helpers import Tiny, derive
 
@@ -191,7 +191,7 @@ def _per_layer_run(optimizer, stacked, **kw):
         CLIP_GRADIENT_NORM_TO_VALUE=1.0,
         **kw,
     )
-    return loop.prepare(experiment(), with_data=False)
+    return instantiate(experiment(), with_data=False)
 
 
 def _stack(unrolled, num_layers):
@@ -262,7 +262,7 @@ def test_logged_learning_rate_is_the_one_the_optimizer_applies_after_a_skipped_s
     exp = derive(
         Tiny, LR_SCHEDULE="linear_rampup_cosine_decay", LR_WARMUP_STEPS=10, LR_DECAY_START=10
     )
-    run = loop.prepare(exp(), with_data=False)
+    run = instantiate(exp(), with_data=False)
     model = TransformerLm(run.task.model)
     tokens = jax.random.randint(jax.random.key(1), (2, 17), 0, 256)
     params = nn.unbox(model.init(jax.random.key(0), tokens[:, :-1]))["params"]

@@ -13,6 +13,7 @@ from pax.models.transformer import TransformerLm, lm_loss
 from pax.parallel import pipeline, sharding
 from pax.parallel.mesh import build_mesh
 from pax.train import loop
+from pax.train.instantiate import instantiate
 from tests.helpers import Tiny, derive, read_metrics
 
 STAGES, MICROBATCHES = 2, 4
@@ -151,7 +152,7 @@ def test_pipelined_on_eight_devices_matches_and_shifts_with_collective_permutes(
 
 def test_pipelined_experiment_trains(tmp_path):
     job = str(tmp_path / "job")
-    loop.train(loop.prepare(derive(Piped, EVAL_EVERY_N_STEPS=6)()), job, "piped")
+    loop.train(instantiate(derive(Piped, EVAL_EVERY_N_STEPS=6)()), job, "piped")
     losses = [r["loss"] for r in read_metrics(job)]
     assert len(losses) == 6 and all(np.isfinite(losses))
     assert losses[-1] < losses[0]
@@ -172,4 +173,4 @@ def test_pipelined_experiment_trains(tmp_path):
 )
 def test_bad_pipeline_settings_are_usage_errors(attrs, message):
     with pytest.raises(UsageError, match=message):
-        loop.prepare(derive(Piped, **attrs)())
+        instantiate(derive(Piped, **attrs)())

@@ -18,7 +18,8 @@ import json  # noqa: E402
 from pax import aot  # noqa: E402
 from pax.data.sources import SyntheticDataset  # noqa: E402
 from pax.parallel import sharding  # noqa: E402
-from pax.train import loop, placement  # noqa: E402
+from pax.train import placement  # noqa: E402
+from pax.train.instantiate import instantiate  # noqa: E402
 
 # Rows of 8 random tokens out of 2**20: distinct rows of a batch of 512 with overwhelming odds,
 # so a row's content names it.
@@ -30,9 +31,7 @@ def simulate(plan: aot.Plan) -> dict:
     (the sharding's own indices) and the global rows it was fed (by content)."""
     cls = aot._experiment(plan)
     target = aot.slice_for(plan.generation, aot._mesh_size(cls))
-    run = loop.prepare(
-        aot._as_on_target(cls, tpu=True)(), devices=target.devices(), with_data=False
-    )
+    run = instantiate(aot._as_on_target(cls, tpu=True)(), devices=target.devices(), with_data=False)
     n, data = run.global_batch, SyntheticDataset(VOCAB, SEQ, seed=0)
     whole = data.batch(0, n)["inputs"]
     named = {row.tobytes(): i for i, row in enumerate(whole)}

@@ -21,6 +21,7 @@ from pax.checkpoint.manager import Checkpointer
 from pax.models.transformer import TransformerLm, lm_loss
 from pax.train import loop
 from pax.train import state as state_lib
+from pax.train.instantiate import instantiate
 from tests.helpers import Tiny, derive, read_metrics
 
 pytestmark = pytest.mark.accelerator
@@ -119,7 +120,7 @@ def test_forward_mode_autodiff_of_the_loss_agrees_with_its_gradient():
 
 
 def _train(experiment_cls, job_dir, device):
-    return loop.train(loop.prepare(experiment_cls(), devices=[device]), str(job_dir), "tests.Tiny")
+    return loop.train(instantiate(experiment_cls(), devices=[device]), str(job_dir), "tests.Tiny")
 
 
 @pytest.mark.parametrize(
@@ -139,7 +140,7 @@ def test_a_checkpoint_resumes_on_the_other_platform(tmp_path, first, then):
 
 
 def test_an_asynchronous_save_from_the_device_restores_bit_for_bit(tmp_path):
-    run = loop.prepare(Tiny(), devices=[DEVICE])
+    run = instantiate(Tiny(), devices=[DEVICE])
     abstract, shardings = state_lib.shardings(run.model, run.tx, run.mesh)
     state = state_lib.initialize(run.model, run.tx, shardings, seed=0)
     saver = Checkpointer(str(tmp_path), max_to_keep=1, async_save=True)
@@ -184,7 +185,7 @@ def test_a_mesh_over_every_device_trains_as_one_device(tmp_path):
         Tiny, ICI_MESH_SHAPE=(1, len(devices), 1), PERCORE_BATCH_SIZE=2, NUM_TRAIN_STEPS=2
     )
     one = derive(mesh, ICI_MESH_SHAPE=(1, 1, 1), PERCORE_BATCH_SIZE=2 * len(devices))
-    loop.train(loop.prepare(mesh(), devices=devices), str(tmp_path / "mesh"), "tests.Tiny")
-    loop.train(loop.prepare(one(), devices=devices[:1]), str(tmp_path / "one"), "tests.Tiny")
+    loop.train(instantiate(mesh(), devices=devices), str(tmp_path / "mesh"), "tests.Tiny")
+    loop.train(instantiate(one(), devices=devices[:1]), str(tmp_path / "one"), "tests.Tiny")
     for a, b in zip(read_metrics(tmp_path / "mesh"), read_metrics(tmp_path / "one")):
         assert a["loss"] == pytest.approx(b["loss"], rel=DEFAULT_PRECISION_RTOL)

@@ -15,6 +15,7 @@ import pytest
 
 from pax.errors import UsageError
 from pax.train import loop, manifest
+from pax.train.instantiate import instantiate
 from tests.checkpoint.test_resume import ROOT, _snapshot
 from tests.helpers import OTHER, Tiny, derive, read_metrics, refusal, train
 
@@ -96,7 +97,7 @@ def test_a_finished_run_under_another_release_is_refused_then_has_nothing_to_do(
 
 
 def test_evaluating_under_another_release_is_refused(tiny_job_copy, other_release):
-    run = loop.prepare(Tiny(), devices=jax.devices()[:1])
+    run = instantiate(Tiny(), devices=jax.devices()[:1])
     before = _snapshot(tiny_job_copy)
     with pytest.raises(UsageError, match="--allow_env_change"):
         loop.evaluate(run, str(tiny_job_copy), "tests.Tiny")

@@ -14,6 +14,7 @@ from pax import paths
 from pax.checkpoint.manager import Checkpointer, CheckpointError
 from pax.train import loop, preemption
 from pax.train import state as state_lib
+from pax.train.instantiate import instantiate
 from tests.helpers import Tiny, derive, read_metrics, truncate_files
 
 ROOT = str(paths.ROOT)
@@ -135,7 +136,7 @@ def test_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_used(tiny_j
     truncate_files(job / "checkpoints" / "checkpoint_00000006")
     # Asking for one more step: the run must fall back to step 3 and redo 4..7.
     loop.train(
-        loop.prepare(derive(Tiny, NUM_TRAIN_STEPS=7)(), devices=jax.devices()[:1]),
+        instantiate(derive(Tiny, NUM_TRAIN_STEPS=7)(), devices=jax.devices()[:1]),
         str(job),
         "tests.Tiny",
     )
@@ -155,13 +156,13 @@ def test_nan_stops_by_default_naming_the_step(tmp_path):
     # loss is not.
     explode = derive(Tiny, LEARNING_RATE=1e30, LR_SCHEDULE="constant")
     with pytest.raises(loop.NonFiniteError, match="NaN/Inf at step 2 .*no checkpoint was written"):
-        loop.train(loop.prepare(explode(), devices=jax.devices()[:1]), str(tmp_path), "tests.Tiny")
+        loop.train(instantiate(explode(), devices=jax.devices()[:1]), str(tmp_path), "tests.Tiny")
     assert not os.path.exists(tmp_path / "checkpoints") or not _checkpoints(tmp_path)
 
 
 def test_nan_skip_policy_skips_and_counts(tmp_path):
     explode = derive(Tiny, LEARNING_RATE=1e30, LR_SCHEDULE="constant", NAN_POLICY="skip")
-    loop.train(loop.prepare(explode(), devices=jax.devices()[:1]), str(tmp_path), "tests.Tiny")
+    loop.train(instantiate(explode(), devices=jax.devices()[:1]), str(tmp_path), "tests.Tiny")
     rows = read_metrics(tmp_path)
     assert [m["skipped_steps"] for m in rows] == [0, 1, 2, 3, 4, 5]
     assert _checkpoints(tmp_path) == ["checkpoint_00000003", "checkpoint_00000006"]
@@ -184,8 +185,8 @@ def test_disk_full_while_saving_stops_the_run_and_keeps_the_previous_checkpoint(
     one = jax.devices()[:1]
     job = small_disk / "job"
     with pytest.raises(CheckpointError, match=r"checkpoint_00000003 is intact.*free space"):
-        loop.train(loop.prepare(Tiny(), devices=one), str(job), "tests.Tiny")
-    run = loop.prepare(Tiny(), devices=one)
+        loop.train(instantiate(Tiny(), devices=one), str(job), "tests.Tiny")
+    run = instantiate(Tiny(), devices=one)
     abstract, _ = state_lib.shardings(run.model, run.tx, run.mesh)
     step, state = Checkpointer(str(job), max_to_keep=3, saving=False).restore_latest(abstract)
     assert step == 3 and int(state["step"]) == 3

@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 from pax.train import loop
+from pax.train.instantiate import instantiate
 from tests.helpers import Tiny, derive, read_metrics, read_scalars
 
 NAME = "tests.Tiny"
 
 
 def _train(job_dir, experiment_cls, devices=None):
-    run = loop.prepare(experiment_cls(), devices=devices)
+    run = instantiate(experiment_cls(), devices=devices)
     loop.train(run, str(job_dir), NAME)
     return read_metrics(job_dir)
 
@@ -119,7 +120,7 @@ def test_job_directory_layout_and_contents(reference_run):
 
 def test_eval_mode_reads_the_newest_checkpoint(reference_run):
     job_dir, _ = reference_run
-    run = loop.prepare(Tiny(), devices=jax.devices()[:1])
+    run = instantiate(Tiny(), devices=jax.devices()[:1])
     results = loop.evaluate(run, str(job_dir), NAME)
     last_eval = read_metrics(job_dir, "eval_test_embedded")[-2]  # written by training at step 6
     assert last_eval["step"] == 6
