@@ -2,7 +2,9 @@
 
 `python -m benchmarks.decode [--small] [--repeats N] [--json FILE]`, or with the training
 figures in `./noxw -s bench`. The modules: measure (the runs and the report), recompute (the
-no-cache side), sizes (bytes by hand), predict (FLOPs and roofline), memory (XLA's accounting).
+no-cache side), sizes (bytes by hand), predict (FLOPs and roofline), memory (XLA's accounting);
+roofline (`--roofline`: the cached step alone at the 0.55B bench shapes against the memory's
+bandwidth, its own docstring).
 
 Both decode the same left-padded batch of prompts greedily on one device:
 
