@@ -1,5 +1,5 @@
 """Putting pinned packages somewhere: the one place uv or pip is chosen and driven, wheels are
-downloaded, and a pin becomes a hashed requirement line.
+downloaded or built, and a pin becomes a hashed requirement line.
 
 uv where the tools venv has it (seconds, where pip takes most of a minute); pip otherwise, e.g.
 in an image's runtime venv. Either drives the target interpreter's environment from outside, so
@@ -126,3 +126,14 @@ def download(
     command += ["--only-binary", ":all:", *(["--require-hashes"] if require_hashes else [])]
     command += [*options, "-d", str(dest), "-r", str(requirements)]
     return subprocess.run(command, capture_output=True, text=True, env=pip_env())
+
+
+def build_wheel(
+    source: Path, dest: Path, python: str | Path, isolated: bool = True, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """`pip wheel` of the project at source (no dependencies) into dest by PYTHON's pip, in an
+    isolated build environment unless told not to; `env` adds variables (SOURCE_DATE_EPOCH).
+    The finished process, output captured."""
+    command = [str(python), "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(source)]
+    command += [] if isolated else ["--no-build-isolation"]
+    return subprocess.run(command, env={**pip_env(), **(env or {})}, capture_output=True, text=True)

@@ -8,6 +8,10 @@ what differs, then check installed == pins and run `pip check`.
 
 The venvs hold no pip: an installer from outside drives them (pax.environments.install: uv
 where there is one, or pip, found or made with ensurepip as inside a pax image).
+
+The images keep a store of their own (pax.images.wheelhouse): exactly one lock's wheels for the
+image's platform, the files a build copies; this cache gathers any pin's wheel for the
+interpreter here, however many versions of a package a bisect needs.
 """
 
 from __future__ import annotations

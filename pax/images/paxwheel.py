@@ -6,13 +6,13 @@ the same bytes whenever its sources are the same."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
 from pax import pip
+from pax.environments import install
 from pax.errors import last_line
 from pax.images.engine import ImageError
 from pax.images.target import Target, git_or_none
@@ -98,14 +98,8 @@ def _wheel(
             f.write("recursive-include pax/_releases *.txt\n")
     # Same sources, same wheel bytes (zip timestamps from SOURCE_DATE_EPOCH): the image's pax
     # layer, its SBOM and its provenance stay the same bytes too.
-    env = {**pip.pip_env(), "SOURCE_DATE_EPOCH": str(target.source.epoch)}
-    command = [python, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(src)]
-    r = subprocess.run(
-        command + ([] if isolated else ["--no-build-isolation"]),
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    epoch = {"SOURCE_DATE_EPOCH": str(target.source.epoch)}
+    r = install.build_wheel(src, dest, python, isolated=isolated, env=epoch)
     if r.returncode != 0:
         raise ImageError(f"building the pax wheel failed: {last_line(r.stderr, r.stdout)}")
     wheels = sorted(dest.glob("pax-*.whl"))

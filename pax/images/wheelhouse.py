@@ -1,5 +1,11 @@
 """The wheelhouse: exactly a release lock's wheels, for the image's Linux x86_64 CPython,
-downloaded hash-checked into wheelhouse/<release>-<platform>/ and checked before every build."""
+downloaded hash-checked into wheelhouse/<release>-<platform>/ and checked before every build.
+
+Why not pax.environments.wheelcache, the other wheel store: a build context must hold one lock's
+wheels and nothing else (the image's layers are those files), for the image's interpreter and
+platform, not this host's; the cache holds every version a bisect walks through, for the
+interpreter here. Both download through pax.environments.install and check each file's sha256
+against the lock's pin (pax.lockfile.Pin.sha256s)."""
 
 from __future__ import annotations
 
