@@ -11,6 +11,9 @@ from pax.errors import ArgumentParser, UsageError, report
 from pax.launch import plans
 from pax.launch.render import RUNS_MOUNT, TARGETS, TEMPLATES, fill, template_values
 
+# The options that are template_values' keyword arguments, by the same names.
+TEMPLATE_OPTIONS = ("hosts", "tpu", "gpus_per_host", "registry", "name", "job_log_dir", "pvc")
+
 
 def parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
@@ -47,19 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     hosts and slice, and a warning for what is not known to work."""
     try:
         a = parser().parse_args(argv)
-        values = template_values(
-            a.release,
-            a.target,
-            a.exp,
-            a.set,
-            hosts=a.hosts,
-            tpu=a.tpu,
-            gpus_per_host=a.gpus_per_host,
-            registry=a.registry,
-            name=a.name,
-            job_log_dir=a.job_log_dir,
-            pvc=a.pvc,
-        )
+        options = {k: getattr(a, k) for k in TEMPLATE_OPTIONS}
+        values = template_values(a.release, a.target, a.exp, a.set, **options)
         warnings = _warnings(a.target, a.registry, a.set, values)
     except UsageError as err:
         return report(PROGRAM, err)

@@ -98,20 +98,20 @@ def instantiate(experiment, devices=None, with_data: bool = True) -> TrainingRun
             f"{jax.process_count()} processes reads its own share of the stream; "
             "add --pmap_use_tensorstore"
         )
+    evals = [d for d in datasets if not d.is_training and with_data]
+    eval_data = {d.name: data.build(d, vocab) for d in evals}
     return TrainingRun(
-        task=task,
-        datasets=datasets,
-        mesh=mesh,
-        model=model,
-        tx=tx,
-        lr_schedule=lr_schedule,
-        train_data=train_data,
-        eval_data={
-            d.name: data.build(d, vocab) for d in datasets if not d.is_training and with_data
-        },
-        global_batch=global_batch,
-        strategy=strategy,
-        param_shardings=param_shardings,
+        task,
+        datasets,
+        mesh,
+        model,
+        tx,
+        lr_schedule,
+        train_data,
+        eval_data,
+        global_batch,
+        strategy,
+        param_shardings,
     )
 
 
