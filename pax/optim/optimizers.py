@@ -38,6 +38,13 @@ def build(
         if config.clip_gradient_norm_to_value > 0
         else []
     )
+    # Adam's and AdamW's moment decays and epsilons, under optax's names.
+    moments = dict(
+        b1=config.adam_beta1,
+        b2=config.adam_beta2,
+        eps=config.adam_epsilon,
+        eps_root=config.adam_epsilon_root,
+    )
     if config.optimizer == "adam":
         # praxis sharded_adam: update = m̂ / (sqrt(v̂ + eps_root) + eps), capped per tensor to
         # RMS clip_threshold (optax.clip_by_block_rms is exactly its clip_update), plus
@@ -49,12 +56,7 @@ def build(
         )
         tx = optax.chain(
             *clip,
-            optax.scale_by_adam(
-                b1=config.adam_beta1,
-                b2=config.adam_beta2,
-                eps=config.adam_epsilon,
-                eps_root=config.adam_epsilon_root,
-            ),
+            optax.scale_by_adam(**moments),
             *capping,
             optax.add_decayed_weights(config.weight_decay),
             optax.scale_by_learning_rate(lr),
@@ -65,10 +67,7 @@ def build(
             *clip,
             optax.adamw(
                 lr,
-                b1=config.adam_beta1,
-                b2=config.adam_beta2,
-                eps=config.adam_epsilon,
-                eps_root=config.adam_epsilon_root,
+                **moments,
                 weight_decay=config.weight_decay,
                 mask=per_layer.matrices_only(repeat_prefix),
             ),
