@@ -390,7 +390,7 @@ def main(argv=None) -> int:
         "--record",
         action="store_true",
         help=f"also store the figures in {BENCH_JSON.relative_to(ROOT)} (replacing the same "
-        "config and dtype) and rewrite the performance tables (README, docs/benchmarks.md) from it",
+        "config and dtype) and rewrite the performance tables (docs/benchmarks.md) from it",
     )
     args = parser.parse_args(argv)
     if args.steps < 2 or args.repeats < 1:
@@ -415,7 +415,7 @@ def main(argv=None) -> int:
     figures.write_json(args.json, result)
     if args.record:
         record(result)
-        print(f"recorded in {BENCH_JSON.relative_to(ROOT)}, README.md and docs/benchmarks.md")
+        print(f"recorded in {BENCH_JSON.relative_to(ROOT)} and docs/benchmarks.md")
     return 0
 
 

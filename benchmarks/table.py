@@ -1,6 +1,6 @@
 """The performance table, generated from `bench --record`'s docs/bench.json (no jax here).
 
-README.md and docs/benchmarks.md hold it between the markers below; tests/benchmarks/test_bench.py
+docs/benchmarks.md holds it between the markers below; tests/benchmarks/test_bench.py
 and tests/docs check that the committed blocks equal the render of the committed docs/bench.json.
 """
 
@@ -101,7 +101,7 @@ def recorded_table(path: Path = BENCH_JSON) -> str:
     return render_table([r for r in load(path) if _cpu(r)])
 
 
-PAGES = (ROOT / "README.md", ROOT / "docs" / "benchmarks.md")  # the files holding the table
+PAGES = (ROOT / "docs" / "benchmarks.md",)  # the files holding the table
 
 
 def block(path: Path = BENCH_JSON) -> tuple[str, str, str]:

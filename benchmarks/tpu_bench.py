@@ -238,7 +238,7 @@ def main(argv=None) -> int:
         "--record",
         action="store_true",
         help=f"also store them in {BENCH_JSON.relative_to(ROOT)} (replacing the same device's) "
-        "and rewrite the accelerator table of README and docs/benchmarks.md",
+        "and rewrite the accelerator table of docs/benchmarks.md",
     )
     parser.add_argument(
         "--record-json",

@@ -22,7 +22,7 @@ for a TPU): compiling from a CPU host, `auto` would otherwise pick the CPU's.
 Without experiments it plans every Pax reference experiment on the TPU generation Pax ran it on
 (v4) and on v5e with as many chips, plus the one-chip v5e recipes (ONE_CHIP), and the GPU rows
 (GPU_PLANS), each platform where its own compiler is here (the other's rows stay), writes
-docs/aot.json and README's compile table from it, and exits 1 when a plan that should fit does
+docs/aot.json and docs/parallelism.md's compile table from it, and exits 1 when a plan that should fit does
 not (or does not compile).
 """
 
@@ -476,10 +476,13 @@ def recorded_table() -> str:
     return render_table(json.loads(AOT_JSON.read_text()))
 
 
+TABLE_PAGE = ROOT / "docs" / "parallelism.md"  # the page holding the compile table
+
+
 def refresh_readme() -> None:
-    path = ROOT / "README.md"
-    text = path.read_text()
-    path.write_text(readme.rewrite_text(text, recorded_table(), "README.md", START, END))
+    text = TABLE_PAGE.read_text()
+    name = str(TABLE_PAGE.relative_to(ROOT))
+    TABLE_PAGE.write_text(readme.rewrite_text(text, recorded_table(), name, START, END))
 
 
 def _report(r: dict) -> str:
@@ -534,7 +537,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--json",
         help="write the results here (default with no experiments: "
-        "docs/aot.json, and README's table from it)",
+        "docs/aot.json, and docs/parallelism.md's table from it)",
     )
     return parser
 

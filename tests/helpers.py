@@ -82,12 +82,12 @@ def truncate_files(folder):
                 f.truncate(os.path.getsize(path) // 2)
 
 
-def readme_block(start: str, end: str) -> str:
-    """README.md's one generated block between the markers START and END."""
+def readme_block(start: str, end: str, page: str = "README.md") -> str:
+    """PAGE's one generated block between the markers START and END."""
     from pax.releases import readme
 
-    blocks = readme.blocks((paths.ROOT / "README.md").read_text(), start, end)
-    assert len(blocks) == 1, f"README.md needs one block between {start} and {end}"
+    blocks = readme.blocks((paths.ROOT / page).read_text(), start, end)
+    assert len(blocks) == 1, f"{page} needs one block between {start} and {end}"
     return blocks[0]
 
 

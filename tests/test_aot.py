@@ -1,6 +1,6 @@
 """Pax's reference experiments compile for their real meshes, at real size, with no TPU: the TPU
 compiler's plan where the release's tpu env (libtpu) is built, XLA:CPU's upper bound elsewhere;
-README's table is what docs/aot.json says."""
+docs/parallelism.md's table is what docs/aot.json says."""
 
 import json
 import os
@@ -157,7 +157,7 @@ def test_reference_experiments_compile_at_full_size_on_xla_cpu(tmp_path):
     assert piped["mesh"] == {"stage": 4, "replica": 1, "data": 4, "mdl": 4}
     # Pax: 64 rows (per-core batch 1) in microbatches of MICROBATCH_SIZE=16: 4 microbatches.
     assert piped["pipeline"] == {"stages": 4, "microbatches": 4, "bubble_fraction": 3 / 7}
-    # README's table (docs/aot.json) counts the same parameters; XLA:CPU's plan is an upper
+    # The compile table (docs/aot.json) counts the same parameters; XLA:CPU's plan is an upper
     # bound of the TPU compiler's recorded there (10% for the noise of XLA:CPU's own plan, which
     # moves a little with the host CPU's features, where a row recorded is XLA:CPU's).
     recorded = {
@@ -174,9 +174,10 @@ def test_reference_experiments_compile_at_full_size_on_xla_cpu(tmp_path):
         assert r["per_device_bytes"] >= 0.9 * tpu["per_device_bytes"]
 
 
-def test_readme_aot_table_is_rendered_from_docs_aot_json():
-    assert readme_block(aot.START, aot.END) == f"\n\n{aot.recorded_table()}\n\n", (
-        "README's compile table differs from docs/aot.json; run ./noxw -s aot (or readme)"
+def test_the_aot_table_is_rendered_from_docs_aot_json():
+    page = str(aot.TABLE_PAGE.relative_to(aot.ROOT))
+    assert readme_block(aot.START, aot.END, page) == f"\n\n{aot.recorded_table()}\n\n", (
+        f"{page}'s compile table differs from docs/aot.json; run ./noxw -s aot (or readme)"
     )
 
 

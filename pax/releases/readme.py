@@ -14,6 +14,10 @@ reference band) in README.md, releases/README.md, CHANGELOG.md, docs/*.md and Do
 `./noxw -s release` does so before committing a release; tests/releases and tests/docs check that
 the committed blocks equal what is rendered now. Other tools fill their own blocks with
 `rewrite_text` (pax.aot: the compile table; benchmarks/table.py: the bench table).
+
+The pages a newcomer starts from (NEWEST_PAGES) name the newest release in their commands
+(`./noxw -s train -- 1.7.0 tpu`, `.venv/pax-1.7.0-cpu`, `pax:1.7.0-gpu`): a refresh rewrites
+each such release number to the newest cut release, so a cut moves them along.
 """
 
 from __future__ import annotations
@@ -33,6 +37,14 @@ MATRIX_START = "<!-- support-matrix:start -->"
 MATRIX_END = "<!-- support-matrix:end -->"
 # Relative to the repo root; docs/*.md are added by `all_files`.
 FILES = ("README.md", "releases/README.md", "CHANGELOG.md", "Dockerfile.gpu")
+NEWEST_PAGES = ("README.md", "docs/parallelism.md")
+# A release in a command: a session's RELEASE word, a pinned env, an image, the GPU check, a
+# release's folder. Group 2 is the release.
+_RELEASE_IN_COMMAND = re.compile(
+    r"(\./noxw -s \w+ -- |\bpax-|\bpax:|ci/gpu_check\.sh |\breleases/)"
+    r"(\d+\.\d+\.\d+)(?=[-/ `\n]|$)",
+    re.M,
+)
 COLUMNS = (
     "release",
     "date",
@@ -274,13 +286,15 @@ def refresh(
     """
     root = root or paths.ROOT
     blocks = [*generated(root), *extra]
+    cut = list_releases(root)
     changed = []
     for name in files:
         path = root / name
         if not path.is_file():
             continue
         text = path.read_text()
-        new = text
+        # Generated blocks come after: what they list of older releases is theirs to say.
+        new = name_newest_release(text, cut[-1].version) if name in NEWEST_PAGES and cut else text
         for table, start, end in blocks:
             new = rewrite_text(new, table, str(path.relative_to(root)), start, end)
         if new != text:
@@ -288,6 +302,11 @@ def refresh(
             if not check:
                 path.write_text(new)
     return changed
+
+
+def name_newest_release(text: str, newest: str) -> str:
+    """TEXT with each release its commands name (_RELEASE_IN_COMMAND) made `newest`."""
+    return _RELEASE_IN_COMMAND.sub(lambda m: m.group(1) + newest, text)
 
 
 def marked_files(root: Path | None = None, files=None) -> list[Path]:

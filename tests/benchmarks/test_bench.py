@@ -1,7 +1,7 @@
 """The benchmark at a tiny size, so it cannot rot: it must produce every figure (not speeds).
 
 Also: the three loops do the same matmul work (counted in their programs, against the one MFU
-formula), the baseline is independent of pax, and README's table is the render of docs/bench.json.
+formula), the baseline is independent of pax, and docs/benchmarks.md's table is the render of docs/bench.json.
 """
 
 import ast
@@ -224,9 +224,10 @@ def test_baseline_refuses_configs_it_does_not_model():
         bench.baseline_shape(gated)
 
 
-def test_readme_bench_table_is_rendered_from_docs_bench_json():
-    assert readme_block(table.START, table.END) == f"\n\n{table.recorded_table()}\n\n", (
-        "README's performance table differs from docs/bench.json; run "
+def test_the_bench_table_is_rendered_from_docs_bench_json():
+    block = readme_block(table.START, table.END, "docs/benchmarks.md")
+    assert block == f"\n\n{table.recorded_table()}\n\n", (
+        "docs/benchmarks.md's performance table differs from docs/bench.json; run "
         "./noxw -s bench -- --record (or rewrite the block from the file)"
     )
 
@@ -344,7 +345,7 @@ def test_the_accelerator_bench_checks_itself_end_to_end_on_cpu(capsys):
 
 
 def test_the_accelerator_table_is_rendered_from_docs_bench_json_and_meets_its_targets():
-    """The recorded TPU run: README's and docs/benchmarks.md's blocks are its render, and the
+    """The recorded TPU run: docs/benchmarks.md's block is its render, and the
     default attention (splash, what ATTENTION_KERNEL=auto runs on a TPU) is at least as fast
     as the independent baseline at every setting, its best MFU at least the 55% target."""
     text, start, end = table.accelerator_block()

@@ -245,8 +245,8 @@ def test_the_count_of_examples_run_and_parsed(capsys):
 
 
 def quickstart_commands() -> list[str]:
-    """Shell commands of README's code blocks from its start to the support matrix."""
-    text = (ROOT / "README.md").read_text().split("## Support matrix")[0]
+    """Shell commands of README's code blocks from its start to its releases."""
+    text = (ROOT / "README.md").read_text().split("## Releases")[0]
     commands = []
     for block in re.findall(r"```sh\n(.*?)```", text, re.S):
         for line in block.replace("\\\n", " ").splitlines():
@@ -260,6 +260,39 @@ def test_quickstart_commands_name_what_exists():
     assert len(commands) >= 10
     problems = {c: p for c in commands if (p := check(Example(ROOT / "README.md", 0, c)))}
     assert not problems, problems
+
+
+# Options that name a file or folder an example writes.
+WRITES = ("-o", "--out", "--output", "--json", "--keep")
+
+
+def written(example: Example) -> list[str]:
+    """The paths EXAMPLE writes that a clone would keep: relative ones outside runs/ (which git
+    ignores), but for the committed figures it rewrites. Absolute paths, container paths,
+    variables and placeholders are the reader's."""
+    words, found = example.words, []
+    for i, word in enumerate(words):
+        name, _, value = word.partition("=")
+        if name in WRITES:
+            found.append(value or (words[i + 1] if i + 1 < len(words) else ""))
+    return [
+        path
+        for path in found
+        if path
+        and not path.startswith(("runs/", "/", "$", "["))
+        and not path.isupper()
+        and not (ROOT / path).is_file()
+    ]
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=str)
+def test_examples_write_under_runs(example):
+    assert not written(example), f"{example}: writes {written(example)} outside runs/"
+
+
+def test_runs_is_ignored():
+    ignored = subprocess.run(["git", "check-ignore", "-q", "runs/x.png"], cwd=ROOT)
+    assert ignored.returncode == 0
 
 
 @pytest.mark.parametrize(

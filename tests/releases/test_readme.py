@@ -104,3 +104,16 @@ def test_a_new_release_gets_its_changelog_section(tmp_path):
     assert text.index("## Unreleased") < text.index("## 1.1.0") < text.index("## 1.0.0")
     assert f"## 1.1.0\n\n{start}\n{end}\n\n## 1.0.0" in text
     assert not readme.add_changelog_section(tmp_path, "1.1.0")
+
+
+def test_the_newcomers_pages_name_the_newest_release():
+    text = (
+        "./noxw -s train -- 1.6.0 tpu --exp=X\n.venv/pax-1.6.0-cpu/bin/python\n"
+        "docker run pax:1.5.0-gpu\nci/gpu_check.sh 1.6.0\n`releases/1.6.0/release.toml`\n"
+        "pax 1.4.0 is not paxml 1.4.0; ./noxw -s diff -- A B\n"
+    )
+    assert readme.name_newest_release(text, "1.9.0") == (
+        "./noxw -s train -- 1.9.0 tpu --exp=X\n.venv/pax-1.9.0-cpu/bin/python\n"
+        "docker run pax:1.9.0-gpu\nci/gpu_check.sh 1.9.0\n`releases/1.9.0/release.toml`\n"
+        "pax 1.4.0 is not paxml 1.4.0; ./noxw -s diff -- A B\n"
+    )
