@@ -160,8 +160,10 @@ def describe(
 ) -> dict:
     """The environment's identity and drift, as manifest.json and `pax env --json` record it.
 
-    state: `exact` (the installed set is a release lock), `drifted` (the env names a lock and
-    differs from it) or `unpinned` (it names none, and equals no release lock)."""
+    state: `exact` (the installed set is a release lock), `superset` (every pin of the lock the
+    env names, or without a name of a release lock, is installed at its version, and other
+    packages besides: the differences are those extras alone), `drifted` (the env names a lock
+    and its pins differ) or `unpinned` (it names none, and holds no release lock's pins)."""
     environ = os.environ if environ is None else environ
     prefix = Path(sys.prefix if prefix is None else prefix)
     have = installed() if have is None else have
@@ -243,7 +245,12 @@ def _drift(have: dict[str, str], locked: dict[str, str] | None, named: dict, loc
     rows = differences(have, locked) if locked is not None else None
     if rows == []:
         return "exact", rows, None
-    found = nearest(have, catalog() if locks is None else locks, named["platform"])
+    locks = catalog() if locks is None else locks
+    found = nearest(have, locks, named["platform"])
+    if rows is None:
+        # No lock named: the release lock whose every pin is installed, with the fewest others.
+        held = nearest(have, [lock for lock in locks if _only_extras(have, lock.versions)])
+        found = held or found
     near = found and {
         "release": found[0].release,
         "platform": found[0].platform,
@@ -252,12 +259,19 @@ def _drift(have: dict[str, str], locked: dict[str, str] | None, named: dict, loc
         "differences": len(found[1]),
         "tied": [f"{lock.release} {lock.platform}" for lock in found[2]],
     }
-    if rows is None and found and not found[1]:
+    if rows is None and found and _only_extras(have, found[0].versions):
         named.update({k: near[k] for k in LOCK_FIELDS})
-        return "exact", [], near
+        return ("superset" if found[1] else "exact"), found[1], near
     if rows is None:
         return "unpinned", found[1] if found else [], near
+    if all(r["kind"] == "extra" for r in rows):
+        return "superset", rows, near
     return "drifted", rows, near
+
+
+def _only_extras(have: dict[str, str], locked: dict[str, str]) -> bool:
+    """Whether every pin of `locked` is installed at its version (other packages may be)."""
+    return all(have.get(name) == version for name, version in locked.items())
 
 
 def _release_name(release, platform) -> str:
@@ -287,6 +301,17 @@ def summary(desc: dict, limit: int = 3) -> str:
             f"environment: {_release_name(desc['release'], desc['platform'])}, exactly its lock "
             f"(sha256 {(desc['lock_sha256'] or '?')[:12]}, {desc['installed_count']} packages; "
             f"{source})"
+        )
+    if desc["state"] == "superset":
+        source = "identity " + desc["identity"] if desc["identity"] else "no identity file"
+        extras = [r["package"] for r in rows]
+        named_near = near and near["lock_sha256"] == desc["lock_sha256"] and near["tied"]
+        tied = f"; as near: {', '.join(near['tied'])}" if named_near else ""
+        return (
+            f"environment: {_release_name(desc['release'], desc['platform'])}, every pin of its "
+            f"lock installed at its version (sha256 {(desc['lock_sha256'] or '?')[:12]}{tied}), "
+            f"and {len(extras)} other package{'' if len(extras) == 1 else 's'}: "
+            f"{', '.join(extras[:limit])}{more} ({source})"
         )
     if desc["state"] == "drifted":
         return (
@@ -322,6 +347,11 @@ def render(desc: dict) -> str:
     if desc["state"] == "exact":
         lines.append(
             f"state       exact: the {desc['installed_count']} installed packages are the lock"
+        )
+    elif desc["state"] == "superset":
+        lines.append(
+            f"state       superset: every pin of the lock installed at its version, and "
+            f"{len(rows)} other package{'' if len(rows) == 1 else 's'}"
         )
     else:
         against = desc["compared_with"]

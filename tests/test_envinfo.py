@@ -158,7 +158,9 @@ def test_releases_sharing_a_set_are_named_as_tied(tmp_path):
     env = envinfo.describe(environ={}, prefix=_prefix(tmp_path), have={**locked, "extra": "1"})
     assert (env["nearest"]["release"], env["nearest"]["platform"]) == (newest, "gpu")
     assert sorted(env["nearest"]["tied"]) == sorted(tied)
-    assert f"nearest release {newest} gpu (as near: " in envinfo.summary(env)
+    # Every pin of those locks is installed, and one package more: named by the newest.
+    assert env["state"] == "superset" and (env["release"], env["platform"]) == (newest, "gpu")
+    assert "; as near: " in envinfo.summary(env)
 
 
 def test_without_identity_an_exact_release_set_is_named_by_its_lock(tmp_path):
@@ -175,10 +177,12 @@ def test_environment_variables_override_the_identity(tmp_path):
     other = releases.resolve("1.5.0").lockfile("cpu")
     environ = {"PAX_RELEASE": "1.5.0", "PAX_LOCKFILE": str(other), "PAX_LOCK_SHA256": "ab" * 32}
     env = envinfo.describe(environ=environ, prefix=prefix, have=dict(ident.locked))
-    # The installed set is 1.6.0's, the variables name 1.5.0's lock: compared with that lock.
+    # The installed set is 1.6.0's, the variables name 1.5.0's lock: compared with that lock,
+    # whose every pin 1.6.0's set holds, beside the packages 1.6.0 added.
     assert env["release"] == "1.5.0" and env["lockfile"] == str(other)
     assert env["lock_sha256"] == releases.resolve("1.5.0").lock_sha256("cpu")
-    assert env["state"] == "drifted" and env["nearest"]["release"] == "1.6.0"
+    assert env["state"] == "superset" and env["nearest"]["release"] == "1.6.0"
+    assert {r["kind"] for r in env["differences"]} == {"extra"}
     assert env["overridden_by"] == ["PAX_RELEASE", "PAX_LOCKFILE", "PAX_LOCK_SHA256"]
     assert any("PAX_LOCK_SHA256 abababababab is not the sha256" in n for n in env["notes"])
 
@@ -251,3 +255,40 @@ def test_an_identity_for_another_python_is_noted(tmp_path):
     env = envinfo.describe(environ={}, prefix=_prefix(tmp_path, ident), have={"jax": "1"}, locks=())
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
     assert env["notes"] == [f"pax-env.json was written for Python 3.99; this is {running}"]
+
+
+# What the TPU machine's own Python holds: every pin of the tpu lock at its version (its jax,
+# jaxlib and libtpu, the rest carried in), and packages of its own besides (pytest's).
+MACHINE_EXTRAS = {"pytest": "9.0.1", "iniconfig": "2.3.0", "pluggy": "1.6.0"}
+
+
+def test_every_pin_installed_with_other_packages_is_a_superset_named_by_its_lock(tmp_path):
+    locked = _identity("1.7.0", "tpu").locked
+    env = envinfo.describe(environ={}, prefix=_prefix(tmp_path), have={**locked, **MACHINE_EXTRAS})
+    assert env["state"] == "superset" and env["identity"] is None
+    assert (env["release"], env["platform"]) == ("1.7.0", "tpu")
+    assert env["lock_sha256"] == releases.resolve("1.7.0").lock_sha256("tpu")
+    assert [(r["package"], r["kind"]) for r in env["differences"]] == [
+        (name, "extra") for name in sorted(MACHINE_EXTRAS)
+    ]
+    assert envinfo.summary(env) == (
+        "environment: release 1.7.0 tpu, every pin of its lock installed at its version (sha256 "
+        f"{env['lock_sha256'][:12]}), and 3 other packages: iniconfig, pluggy, pytest (no "
+        "identity file)"
+    )
+    assert "state       superset: every pin of the lock installed at its version, and 3 other" in (
+        envinfo.render(env)
+    )
+
+
+def test_a_pin_at_another_version_is_no_superset(tmp_path):
+    locked = _identity("1.7.0", "tpu").locked
+    have = {**locked, **MACHINE_EXTRAS, "numpy": "2.4.5"}  # the machine's own numpy
+    env = envinfo.describe(environ={}, prefix=_prefix(tmp_path), have=have)
+    assert env["state"] == "unpinned" and env["release"] is None
+    # Named by an identity, the same set is drift from its lock; with extras alone, a superset.
+    (tmp_path / "pinned").mkdir()
+    prefix = _prefix(tmp_path / "pinned", _identity("1.7.0", "tpu"))
+    assert envinfo.describe(environ={}, prefix=prefix, have=have)["state"] == "drifted"
+    have = {**locked, **MACHINE_EXTRAS}
+    assert envinfo.describe(environ={}, prefix=prefix, have=have)["state"] == "superset"

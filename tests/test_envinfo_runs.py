@@ -169,3 +169,46 @@ def test_pax_env_in_the_bumped_env(pinned, bumped):
     assert code == 1 and desc["state"] == "drifted" and desc["release"] == pinned.release
     assert [d["package"] for d in desc["differences"]] == [BUMPED]
     assert f"state       drifted: 1 difference from release {pinned.release} cpu" in text
+
+
+@pytest.fixture(scope="module")
+def with_extra(pinned, tmp_path_factory):
+    """The python of a venv of no release (no pax-env.json) that is the pinned env and one
+    installed distribution more, as a machine's own Python with the release's pins carried in:
+    every entry of the pinned env's site-packages linked, and the extra's metadata beside."""
+    root = tmp_path_factory.mktemp("extra") / "venv"
+    make_venv(root)
+    pinned_site = Path(sysconfig.get_paths()["purelib"])
+    site = Path(sysconfig.get_paths(vars={"base": str(root), "platbase": str(root)})["purelib"])
+    for entry in pinned_site.iterdir():
+        if entry.name != "__pycache__":
+            (site / entry.name).symlink_to(entry)
+    info = site / "machine_tool-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: machine-tool\nVersion: 1.0\n")
+    return root / "bin" / "python"
+
+
+def test_a_run_with_every_pin_and_one_package_more_names_the_lock_and_the_extra(
+    pinned, with_extra, tmp_path
+):
+    """Its manifest says every pin of the release's lock is installed at its version and which
+    other packages are there; the band recorder takes such a run and keeps the extras."""
+    from pax.curves import record
+
+    manifest, first = _run(with_extra, tmp_path / "job")
+    lock_sha = envinfo.sha256_file(ROOT / "releases" / pinned.release / "cpu.txt")
+    assert (manifest["release"], manifest["lock_sha256"]) == (pinned.release, lock_sha)
+    env = manifest["env"]
+    assert env["state"] == "superset" and env["identity"] is None
+    assert env["differences"] == [
+        {"package": "machine-tool", "locked": None, "installed": "1.0", "kind": "extra"}
+    ]
+    assert manifest["segments"][0]["env_state"] == "superset"
+    assert first.startswith(
+        f"environment: release {pinned.release} cpu, every pin of its lock installed at its "
+        f"version (sha256 {lock_sha[:12]}), and 1 other package: machine-tool"
+    )
+    entry, _, _ = record._entry(record.Recorded(tmp_path / "job", "train"), ROOT)
+    assert entry["lock_sha256"] == lock_sha and entry["env_state"] == "superset"
+    assert entry["other_packages"] == {"machine-tool": "1.0"}

@@ -2,7 +2,9 @@
 
 Each recorded run keeps its curves and where it came from: the command that trained it,
 the release and the sha256 of the lockfile its environment was built from (manifest.json),
-the headline package versions, the devices, the git revision and the wall time. The seeds'
+the headline package versions, the devices, the git revision and the wall time; where the
+environment held every pin of that lock and other packages besides (a machine's own Python
+with the release's pins installed), the state `superset` and those other packages. The seeds'
 runs make the band; `calibration` runs (held-out seeds, broken runs) are kept beside it to
 test the band's verdict and are never part of it.
 """
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from pax.curves.job_dir import CurvesError, read_run
 from pax.curves.reference import ALPHA, TRAIN_WINDOW, Reference, flat_config
+from pax.lockfile import difference_text
 from pax.train import manifest as history
 
 MANIFEST_KEYS = ("release", "lock_sha256", "git_revision", "python", "headline_packages", "devices")
@@ -44,9 +47,33 @@ def _relative(path: str | None, root: Path) -> str | None:
     return path
 
 
+def _pinned_env(job_dir, manifest: dict) -> dict:
+    """What a run's environment adds to its entry: its state against the lock it names, and
+    the packages installed beside that lock's pins. A run whose pins differ from its lock
+    (drifted), or that names no lock (unpinned), is refused: a reference says which environment
+    made it. A manifest without the environment's state (an older Pax's) adds nothing."""
+    env = manifest.get("env") or {}
+    state, rows = env.get("state"), env.get("differences") or []
+    if state in ("drifted", "unpinned"):
+        shown = "; ".join(difference_text(r) for r in rows[:3])
+        more = f" and {len(rows) - 3} more" if len(rows) > 3 else ""
+        against = env.get("compared_with") or {}
+        lock = f"release {against.get('release')} {against.get('platform')}"
+        raise CurvesError(
+            f"{job_dir}: its environment is {state} ({len(rows)} differences from {lock}: "
+            f"{shown}{more}); a reference needs every pin of a "
+            "release's lock installed at its version: train it in the release's env"
+        )
+    if state is None:
+        return {}
+    extras = {r["package"]: r["installed"] for r in rows if r["kind"] == "extra"}
+    return {"env_state": state, **({"other_packages": extras} if extras else {})}
+
+
 def _entry(rec: Recorded, root: Path) -> tuple[dict, dict, str | None]:
     run = read_run(rec.job_dir)
     manifest = run.manifest or {}
+    env = _pinned_env(rec.job_dir, manifest)
     if not manifest.get("lock_sha256"):
         raise CurvesError(
             f"{rec.job_dir}: no manifest.json with lock_sha256; a reference must "
@@ -68,6 +95,7 @@ def _entry(rec: Recorded, root: Path) -> tuple[dict, dict, str | None]:
         "job_dir": _relative(str(run.job_dir), root),
         "lockfile": _relative(manifest.get("lockfile"), root),
         **{key: manifest.get(key) for key in MANIFEST_KEYS},
+        **env,
         "num_train_steps": config.get("task.train.num_train_steps"),
         "wall_s": rec.wall_s,
         **({"fault": rec.fault or run.fault} if (rec.fault or run.fault) else {}),
