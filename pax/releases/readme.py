@@ -183,7 +183,8 @@ def render_pins_change(release: Release, before: Release | None) -> str:
     added = [n for n in sorted(new) if n not in old]
     removed = [n for n in sorted(old) if n not in new]
     lines.append(
-        f"Against {before.version}: {len(moved)} changed, {len(added)} added, {len(removed)} "
+        f"Against {before.version}, its {', '.join(LOCK_PLATFORMS)} locks together: "
+        f"{len(moved)} changed, {len(added)} added, {len(removed)} "
         f"removed (`./noxw -s diff -- {before.version} {release.version}`, and "
         "`--platform tpu` or `gpu` for those locks)."
     )
