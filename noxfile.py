@@ -260,10 +260,9 @@ def references(session: nox.Session) -> None:
 
 @nox.session
 def aot(session: nox.Session) -> None:
-    """Plan memory with the target's compiler, no TPU or GPU needed:
-    `aot -- [RELEASE] [tpu|gpu] [EXP ...] [--tpu v5e] [--gpu h100]`.
+    """Plan memory with the target's compiler, no TPU or GPU needed: `aot -- [RELEASE] [EXP ...]`.
 
-    Runs in the release's tpu env, whose libtpu compiles for a TPU topology on this CPU, or with
+    `aot -- [RELEASE] [tpu|gpu] [EXP ...] [--tpu v5e] [--gpu h100]` runs in the release's tpu env, whose libtpu compiles for a TPU topology on this CPU, or with
     `gpu` or --gpu in its gpu env, whose CUDA plugin compiles for GPUs; without experiments,
     that platform's reference rows (`--cpu`: XLA:CPU's upper bound on virtual CPU devices)."""
     args = list(session.posargs)
