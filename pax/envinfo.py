@@ -70,12 +70,17 @@ class Identity:
     # The commit whose pax an image packs (its release's source, or the tree a dev image was
     # built from); absent from venvs, which run the checkout, and from older identity files.
     source_revision: str | None = None
+    # Packages of the lock an image's recipe leaves out on purpose (Dockerfile.gpu says why):
+    # the environment is the lock without them.
+    left_out: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         body = {"format": FORMAT, **dataclasses.asdict(self)}
         body["locked"] = dict(sorted(self.locked.items()))
         if body["source_revision"] is None:
             del body["source_revision"]
+        if not body["left_out"]:
+            del body["left_out"]
         return json.dumps(body, indent=1) + "\n"
 
     @classmethod
@@ -94,7 +99,9 @@ class Identity:
             raise IdentityError(f"{source}: missing {', '.join(missing)}")
         if not isinstance(body["locked"], dict):
             raise IdentityError(f"{source}: locked is not a name -> version table")
-        return cls(**{f.name: body[f.name] for f in fields if f.name in body})
+        values = {f.name: body[f.name] for f in fields if f.name in body}
+        values["left_out"] = tuple(values.get("left_out", ()))
+        return cls(**values)
 
 
 def identity_path(prefix: str | Path | None = None) -> Path:
@@ -175,7 +182,8 @@ def describe(
         notes.append(f"ignored {e}")
     overridden = [var for var in OVERRIDES if environ.get(var)]
     named, locked = _named(ident, environ, overridden, notes)
-    state, rows, near = _drift(have, locked, named, locks)
+    left_out = ident.left_out if ident else ()
+    state, rows, near = _drift(have, locked, named, locks, left_out)
     # What `differences` is measured against: the lock the env names (or matches), else the
     # nearest release lock.
     if state == "unpinned":
@@ -192,6 +200,7 @@ def describe(
         "pax": have.get(SELF),
         "source_revision": ident.source_revision if ident else None,
         "installed_count": len(set(have) - {SELF}),
+        "left_out": list(left_out),
         "compared_with": compared,
         "differences": rows,
         "nearest": near,
@@ -239,10 +248,11 @@ def _override_lock(environ, named: dict, notes: list[str]) -> dict[str, str] | N
     return locked
 
 
-def _drift(have: dict[str, str], locked: dict[str, str] | None, named: dict, locks):
+def _drift(have: dict[str, str], locked: dict[str, str] | None, named: dict, locks, left_out=()):
     """(state, differences, nearest release lock) of the installed set; an env that names no
-    lock but is exactly a release's is named by it (in `named`)."""
-    rows = differences(have, locked) if locked is not None else None
+    lock but is exactly a release's is named by it (in `named`). An image's left-out packages
+    are absent from an exact env."""
+    rows = differences(have, locked, left_out=left_out) if locked is not None else None
     if rows == []:
         return "exact", rows, None
     locks = catalog() if locks is None else locks
@@ -345,8 +355,10 @@ def render(desc: dict) -> str:
     rows = desc["differences"] or []
     near = desc["nearest"]
     if desc["state"] == "exact":
+        without = ", ".join(desc.get("left_out") or ())
         lines.append(
             f"state       exact: the {desc['installed_count']} installed packages are the lock"
+            + (f" without {without} (left out by the image's recipe)" if without else "")
         )
     elif desc["state"] == "superset":
         lines.append(

@@ -246,10 +246,14 @@ def installed_in(python: str | Path) -> dict[str, str]:
     return json.loads(out)
 
 
-def differences(have: dict[str, str], locked: dict[str, str], ignore=("pax",)) -> list[dict]:
+def differences(
+    have: dict[str, str], locked: dict[str, str], ignore=("pax",), left_out=()
+) -> list[dict]:
     """What separates an installed set from a lock, one row per package, by name: `kind` is
     extra (`locked` None), missing (`installed` None) or changed. Empty when they are equal.
-    pax itself is never in a lock, so it is left out by default."""
+    pax itself is never in a lock, so it is left out by default. `left_out`: names an image's
+    recipe removed on purpose (its identity file's `left_out`); absent is what they should be."""
+    locked = {name: v for name, v in locked.items() if name not in left_out}
     rows = []
     for name in sorted((set(have) | set(locked)) - set(ignore)):
         want, got = locked.get(name), have.get(name)

@@ -72,6 +72,8 @@ def test_tools_lock_is_compiled_for_the_catalogs_python():
 
 def test_the_platforms_share_one_recipe():
     """Dockerfile.gpu adds its last lines to Dockerfile.tpu's stages instead of repeating them."""
-    gpu = (ROOT / "Dockerfile.gpu").read_text()
-    assert not re.search(r"^(FROM|RUN|COPY)\b", gpu, re.M)
+    gpu, tpu = ((ROOT / f"Dockerfile.{p}").read_text() for p in ("gpu", "tpu"))
+    assert not re.search(r"^FROM\b", gpu, re.M)
+    steps = re.findall(r"^(?:RUN|COPY)\b.*$", gpu, re.M)
+    assert not [step for step in steps if step in tpu.splitlines()]
     assert context.dockerfiles("gpu") == ["Dockerfile.tpu", "Dockerfile.gpu"]

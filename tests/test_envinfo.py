@@ -68,6 +68,22 @@ def test_identity_names_the_source_revision_and_older_files_still_read(tmp_path)
     assert envinfo.read_identity(prefix).source_revision is None
 
 
+def test_an_image_is_exact_without_what_its_recipe_left_out(tmp_path):
+    """Dockerfile.gpu's left-out packages: absent is exact, and the description names them;
+    anything else missing is still drift."""
+    ident = dataclasses.replace(_identity("1.7.0", "gpu"), left_out=("nvidia-cusolver-cu12",))
+    prefix = _prefix(tmp_path, ident)
+    assert envinfo.read_identity(prefix) == ident
+    have = {k: v for k, v in ident.locked.items() if k != "nvidia-cusolver-cu12"}
+    env = envinfo.describe(environ={}, prefix=prefix, have=have, locks=())
+    assert env["state"] == "exact" and env["left_out"] == ["nvidia-cusolver-cu12"]
+    assert "without nvidia-cusolver-cu12 (left out by the image's recipe)" in envinfo.render(env)
+    del have["nvidia-cufft-cu12"]
+    env = envinfo.describe(environ={}, prefix=prefix, have=have, locks=())
+    assert env["state"] == "drifted"
+    assert [row["package"] for row in env["differences"]] == ["nvidia-cufft-cu12"]
+
+
 @pytest.mark.parametrize(
     "text, message",
     [

@@ -1,6 +1,7 @@
 """pax.lockfile: parsing pip-compile output."""
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -184,9 +185,18 @@ def test_differences():
 
 
 def _fake_dist(site: Path, name: str, version: str) -> None:
-    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    """A distribution's metadata and one module, both in its RECORD (pax's module is the
+    checkout's, through a .pth: its metadata alone)."""
+    stem = name.replace("-", "_")
+    info = site / f"{stem}-{version}.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    record = [f"{info.name}/METADATA,,", f"{info.name}/RECORD,,"]
+    if name != "pax":
+        (site / stem.lower()).mkdir()
+        (site / stem.lower() / "__init__.py").write_text("")
+        record.append(f"{stem.lower()}/__init__.py,,")
+    (info / "RECORD").write_text("\n".join(record) + "\n")
 
 
 def _site(venv: Path) -> Path:
@@ -201,15 +211,19 @@ def test_installed_in_another_interpreter(tmp_path):
     assert lockfile.installed_in(python) == {"zope-interface": "7.0", "ml-dtypes": "0.5.1"}
 
 
-def _verify(tmp_path, lock_text: str, dists: dict[str, str]) -> subprocess.CompletedProcess:
-    """ci/verify_image_env.py in a venv laid out as an image's /opt/venv: pax importable from
-    site-packages (here a .pth to the checkout) with its dist-info, the lock's packages."""
+def _verify(tmp_path, lock_text: str, dists: dict[str, str], *args) -> subprocess.CompletedProcess:
+    """ci/verify_image_env.py ARGS in a venv laid out as an image's /opt/venv: pax importable
+    from site-packages (here a .pth to the checkout) with its dist-info, the lock's packages, an
+    identity file. Made once per tmp_path: a second call checks the same venv again."""
     venv = tmp_path / "venv"
-    python = make_venv(venv)
-    site = _site(venv)
-    (site / "pax.pth").write_text(str(ROOT) + "\n")
-    for name, version in {"pax": "1.0", **dists}.items():
-        _fake_dist(site, name, version)
+    if not venv.exists():
+        make_venv(venv)
+        site = _site(venv)
+        (site / "pax.pth").write_text(str(ROOT) + "\n")
+        for name, version in {"pax": "1.0", **dists}.items():
+            _fake_dist(site, name, version)
+        (venv / "pax-env.json").write_text(json.dumps({"format": "pax-env/1"}, indent=1) + "\n")
+    python = venv / "bin" / "python"
     lock = tmp_path / "lock.txt"
     lock.write_text(lock_text)
     env = {
@@ -219,7 +233,7 @@ def _verify(tmp_path, lock_text: str, dists: dict[str, str]) -> subprocess.Compl
     }
     script = ROOT / "ci" / "verify_image_env.py"
     return subprocess.run(
-        [str(python), str(script)], capture_output=True, text=True, env=env, cwd=tmp_path
+        [str(python), str(script), *args], capture_output=True, text=True, env=env, cwd=tmp_path
     )
 
 
@@ -236,6 +250,31 @@ def test_image_check_passes_when_installed_is_the_lock(tmp_path):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "pax-verify: ok" in out.stdout and "4 packages match" in out.stdout
+
+
+def test_image_check_leaves_out_a_locked_package_as_its_record_lists_it(tmp_path):
+    """Dockerfile.gpu's step: the package's files go, the identity file records it, and the
+    check (then, and after a pull) wants the lock without it."""
+    dists = {
+        "zope.interface": "7.0",
+        "jax": "0.10.2",
+        "ML_Dtypes": "0.5.1",
+        "typing_extensions": "4.12.2",
+    }
+    out = _verify(tmp_path, MESSY_LOCK, dists, "--leave-out", "ML_Dtypes")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "3 packages match" in out.stdout and "left out: ml-dtypes" in out.stdout
+    site = _site(tmp_path / "venv")
+    assert not (site / "ml_dtypes").exists() and not list(site.glob("ML_Dtypes-*.dist-info"))
+    assert (site / "jax" / "__init__.py").is_file()  # the others untouched
+    identity = json.loads((tmp_path / "venv" / "pax-env.json").read_text())
+    assert identity == {"format": "pax-env/1", "left_out": ["ml-dtypes"]}
+    again = _verify(tmp_path, MESSY_LOCK, dists)
+    assert again.returncode == 0 and "left out: ml-dtypes" in again.stdout, again.stdout
+    # Only what the lock pins and is installed can be left out: nothing is removed otherwise.
+    refused = _verify(tmp_path, MESSY_LOCK, dists, "--leave-out", "jax", "six")
+    assert refused.returncode == 1 and "--leave-out six: not installed" in refused.stdout
+    assert (site / "jax" / "__init__.py").is_file()
 
 
 def test_image_check_names_every_difference(tmp_path):
