@@ -11,9 +11,11 @@ Per process, every stage a grain dataset whose position is part of the iterator 
   -> concat-then-split into SEQ_LEN rows with segment ids and positions
   -> LM rows -> this process's rows of the batch -> a prefetch thread ahead of the trainer.
 
-Sharding over processes: with P processes and F shards each shard is cut into m = ceil(P / F)
+Sharding over readers: with P readers and F shards each shard is cut into m = ceil(P / F)
 stripes (line i belongs to stripe i % m) and the F*m (shard, stripe) units are dealt out
-round-robin, so processes read disjoint records that together cover every record.
+round-robin, so readers read disjoint records that together cover every record. A reader is a
+process, or the processes whose devices hold the same batch rows (pax.train.placement.reader),
+which read the same units and so feed the same rows.
 """
 
 import gzip

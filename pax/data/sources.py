@@ -79,7 +79,10 @@ class SyntheticDataset:
         }
 
 
-def build(config: DatasetConfig, vocab_size: int):
+def build(config: DatasetConfig, vocab_size: int, reader=None):
+    """The dataset `config` names. reader: a function giving this process's (index, count)
+    among a stream's readers, called for a stream only (pax.train.placement.reader; default:
+    each process a reader of its own, by process index)."""
     if config.source == "embedded":
         tokenizer = ByteTokenizer()
         if vocab_size < tokenizer.vocab_size:
@@ -107,5 +110,6 @@ def build(config: DatasetConfig, vocab_size: int):
                 f"the tokenizer has {tokenizer.vocab_size} ids but VOCAB_SIZE is "
                 f"{vocab_size}; --set VOCAB_SIZE={tokenizer.vocab_size}"
             )
-        return c4.C4Dataset(config, tokenizer, jax.process_index(), jax.process_count())
+        index, count = reader() if reader else (jax.process_index(), jax.process_count())
+        return c4.C4Dataset(config, tokenizer, index, count)
     raise UsageError(f"unknown DATA_SOURCE {config.source!r}; use embedded, synthetic or c4")

@@ -4,6 +4,7 @@ microbatch count, resolved and checked (UsageError) before anything is written.
 pax.train.loop trains and evaluates what `instantiate` returns."""
 
 import dataclasses
+import functools
 
 import jax
 
@@ -74,18 +75,9 @@ def instantiate(experiment, devices=None, with_data: bool = True) -> TrainingRun
     tx, lr_schedule = optimizers.build(task.optimizer, state_lib.repeat_prefix(model))
     train_cfg = next(d for d in datasets if d.is_training)
     vocab = task.model.vocab_size
-    train_data = data.build(train_cfg, vocab) if with_data else None
-    if (
-        not pmap
-        and with_data
-        and data.stream(train_data) is not None
-        and placement.shares_rows(mesh, global_batch)
-    ):
-        raise UsageError(
-            "devices of several processes hold the same batch rows (the mesh's `mdl` or `stage` "
-            "spans hosts), but a C4 stream gives each process rows of its own; put only "
-            "`data`/`replica` across hosts (DCN_MESH_SHAPE)"
-        )
+    # A stream's reader: pmap's processes each feed their own stripe, a mesh's by its rows.
+    reader = None if pmap else functools.partial(placement.reader, mesh, global_batch)
+    train_data = data.build(train_cfg, vocab, reader) if with_data else None
     if (
         with_data
         and pmap
@@ -99,7 +91,7 @@ def instantiate(experiment, devices=None, with_data: bool = True) -> TrainingRun
             "add --pmap_use_tensorstore"
         )
     evals = [d for d in datasets if not d.is_training and with_data]
-    eval_data = {d.name: data.build(d, vocab) for d in evals}
+    eval_data = {d.name: data.build(d, vocab, reader) for d in evals}
     return TrainingRun(
         task,
         datasets,

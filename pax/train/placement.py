@@ -177,10 +177,22 @@ def process_rows(mesh, global_batch: int) -> np.ndarray:
     return batch_rows(mesh, global_batch)[jax.process_index()]
 
 
-def shares_rows(mesh, global_batch: int) -> bool:
-    """Whether some batch rows are held by devices of more than one process."""
-    rows = batch_rows(mesh, global_batch).values()
-    return sum(len(r) for r in rows) != len(set().union(*map(set, rows)))
+def reader(mesh, global_batch: int, process: int | None = None) -> tuple[int, int]:
+    """(index, count) of this process (or `process`) among a stream's readers (C4): processes
+    whose devices
+    hold the same rows (`mdl` or `stage` across hosts) are one reader, and read the same part
+    of the stream, so they feed those rows alike; processes holding other rows read parts of
+    their own. UsageError where two processes' rows overlap without being the same."""
+    held = batch_rows(mesh, global_batch)
+    groups = sorted({tuple(rows.tolist()) for rows in held.values()})
+    if sum(map(len, groups)) != global_batch:
+        raise UsageError(
+            f"processes' batch rows overlap without being the same ({len(groups)} sets over "
+            f"{global_batch} rows), which a stream read in parts cannot feed; order the mesh so "
+            "that processes hold the same rows or none in common (DCN_MESH_SHAPE)"
+        )
+    process = jax.process_index() if process is None else process
+    return groups.index(tuple(held[process].tolist())), len(groups)
 
 
 def shard_of(local, rows, index: tuple, global_batch: int):

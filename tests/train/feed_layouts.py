@@ -4,7 +4,8 @@ devices, each with its process index, are jax's TPU topology description's (no c
 the mesh is the one the trainer builds on them. For each process it takes the rows
 pax.train.placement gives it, reads them from a synthetic dataset, and hands each of its
 devices its shard as `placement.assemble` would; the global rows a device got are found by their
-content. Run by tests/train/test_placement.py (the tests' own env has no libtpu).
+content; and which part of a stream each reads. Run by tests/train/test_placement.py (the
+tests' own env has no libtpu).
 """
 
 import os
@@ -62,6 +63,8 @@ def simulate(plan: aot.Plan) -> dict:
         "mesh": dict(run.mesh.shape),
         "global_batch": n,
         "processes": {str(p): rows.tolist() for p, rows in processes.items()},
+        # Which part of a stream (C4) each process reads: (index, count).
+        "readers": {str(p): placement.reader(run.mesh, n, p) for p in processes},
         "devices": devices,
     }
 

@@ -54,6 +54,8 @@ def test_every_host_of_every_reference_slice_feeds_the_rows_its_devices_hold(tmp
     v4_128 = slices[("C4SpmdPipelineGpt3SmallAdam64Replicas", "v4-128")]
     assert len(v4_128["processes"]) == 16  # of 4 chips, each host holding half the batch
     assert sum(map(len, v4_128["processes"].values())) == 8 * v4_128["global_batch"]
+    assert {tuple(r) for r in v4_128["readers"].values()} == {(0, 2), (1, 2)}
+    assert {tuple(r) for r in v4_64["readers"].values()} == {(i, 8) for i in range(8)}
 
 
 def _runs(rows: list) -> int:
@@ -76,6 +78,10 @@ def _check_feed(s: dict) -> None:
         assert rows == sorted(set(rows)), f"{where}: process {process} reads a row twice"
         held = sorted(r for r, procs in owners.items() if int(process) in procs)
         assert rows == held, f"{where}: process {process} reads rows its devices do not hold"
+    # A stream's readers: processes holding the same rows read one part of it, others their own.
+    sets = sorted({tuple(rows) for rows in s["processes"].values()})
+    for process, rows in s["processes"].items():
+        assert s["readers"][process] == [sets.index(tuple(rows)), len(sets)], where
 
 
 _TWO_PROCESSES = """
@@ -139,7 +145,7 @@ def test_one_process_feeds_the_whole_batch_on_any_device_order():
     devices = jax.devices()[::-1]
     mesh = jax.sharding.Mesh(np.array(devices).reshape(1, 4, 2), ("replica", "data", "mdl"))
     rows = placement.process_rows(mesh, 8)
-    assert rows.tolist() == list(range(8)) and not placement.shares_rows(mesh, 8)
+    assert rows.tolist() == list(range(8)) and placement.reader(mesh, 8) == (0, 1)
     local = {"inputs": np.arange(8 * 3).reshape(8, 3)}
     batch = placement.assemble(mesh, rows, local, 8)["inputs"]
     np.testing.assert_array_equal(np.asarray(batch), local["inputs"])
@@ -158,3 +164,35 @@ def test_a_devices_shard_is_its_rows_wherever_they_lie(rows, index, expected):
     local = np.arange(4 * 2).reshape(4, 2)  # local row i holds 2i, 2i + 1
     got = placement.shard_of(local, np.array(rows), index, 8)
     np.testing.assert_array_equal(got, local[np.array(expected)][:, index[1]])
+
+
+# Slow tier: three short trainings on C4, two of them as a pair of processes.
+@pytest.mark.slow
+def test_processes_holding_the_same_rows_read_one_part_of_the_c4_stream(tmp_path):
+    """`mdl` across both processes (mesh [1,1,8]): one reader of the stream, so both feed the
+    same rows of it, and the losses are one process's."""
+    from tests.train import test_multihost as pair
+
+    c4 = pytest.importorskip("pax.data.c4")  # grain: release 1.5.0 on
+    data = tmp_path / "c4"
+    c4.write_sample_shards(str(data), train_shards=4, validation_shards=1, docs_per_shard=32)
+    common = ["--exp=C4SpmdTinyAdam1Replica", f"--data_dir={data}"] + [
+        f"--set={a}"
+        for a in (
+            "NUM_LAYERS=1",
+            "MODEL_DIMS=64",
+            "HIDDEN_DIMS=128",
+            "NUM_HEADS=8",
+            "SEQ_LEN=32",
+            "PERCORE_BATCH_SIZE=1",
+            "NUM_TRAIN_STEPS=3",
+            "SUMMARY_EVERY_N_STEPS=1",
+            "CHECKPOINT_EVERY_N_STEPS=3",
+            "EVAL_EVERY_N_STEPS=3",
+            "ICI_MESH_SHAPE=[1,1,8]",
+        )
+    ]
+    one, two = tmp_path / "one", tmp_path / "two"
+    pair._one_process(one, common=common)
+    pair._two_processes(two, common=common)
+    pair._assert_same_losses(one, two)
