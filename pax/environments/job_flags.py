@@ -1,5 +1,6 @@
-"""Running pax in a release's pinned env, as nox's train and decode sessions do: pax.main's
-flags with the tiny run's defaults, and what the run left in its job directory."""
+"""Running pax in a release's pinned env, as nox's train, decode and aot sessions do: pax.main's
+flags with the tiny run's defaults, what the run left in its job directory, and the env
+pax.aot plans in."""
 
 from __future__ import annotations
 
@@ -36,3 +37,11 @@ def job_report(flags: list[str], root: Path) -> list[str]:
     metrics = sorted(job_dir.rglob("metrics.jsonl")) if job_dir.is_dir() else []
     found = metrics or [job_dir / "metrics.jsonl (not written)"]
     return [f"job dir: {job_dir}", *(f"metrics: {path}" for path in found)]
+
+
+def pop_aot_platform(args: list[str]) -> str:
+    """The env `./noxw -s aot` plans in: a leading tpu|gpu popped off ARGS, else gpu where --gpu
+    names a GPU to plan for, else tpu (whose libtpu compiles for a TPU topology on this CPU)."""
+    if args[:1] in (["tpu"], ["gpu"]):
+        return args.pop(0)
+    return "gpu" if any(a.split("=")[0] == "--gpu" for a in args) else "tpu"

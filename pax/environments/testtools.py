@@ -94,6 +94,16 @@ def session_env(env: Env, runner: Path) -> dict[str, str]:
     return variables
 
 
+def pytest_argv(args: list[str], platform: str = "cpu", cores: int | None = None) -> list[str]:
+    """pytest's arguments for `./noxw -s test -- [RELEASE] [PLATFORM] ARGS`: on a TPU or GPU the
+    accelerator tier alone, in one process (it holds the chip; the tier selects itself by its
+    marker); the tests folder unless ARGS name a file, folder or test; workers by pytest_args."""
+    if platform != "cpu":
+        args = ["-m", "accelerator", "--full", "-p", "no:xdist", *args]
+    targets = [] if any(Path(a.split("::")[0]).exists() for a in args) else ["tests"]
+    return [*targets, *pytest_args(args, cores), *args]
+
+
 def pytest_args(args: list[str], cores: int | None = None) -> list[str]:
     """Workers for the test files (`-n N --dist loadfile`: a file's tests share one worker, so
     its module fixtures are built once), unless the caller chose (`-n`, `-p no:xdist`, `--pdb`)

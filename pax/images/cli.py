@@ -58,6 +58,7 @@ from pax.images.smoke import SMOKE_STEPS, smoke
 from pax.images.target import DEFAULT_BASE_IMAGE, resolve
 from pax.images.wheelhouse import prepare_wheelhouse
 from pax.releases import catalog
+from pax.releases import cut as release_cut
 
 
 def parser() -> argparse.ArgumentParser:
@@ -165,6 +166,20 @@ def run_command(command: str, args, usage: str, log=sys.stderr) -> object:
     if len([a for a in args if not a.startswith("-")]) < 2:
         raise ImageError(f"usage: ./noxw -s {command} -- {usage}", usage=True)
     return run([command, *args], log=log)
+
+
+def cut_or_record(args: list[str], root: Path | None = None, log=print) -> object:
+    """`./noxw -s release -- X.Y.Z [--recreate]`: cut the release, its images recorded as the
+    cut builds them (None); `-- X.Y.Z --record-images [PLATFORM...]`: record the images of a
+    release cut before, its locks untouched (what record wrote)."""
+    if "--record-images" in args:
+        return run(["record", *(a for a in args if a != "--record-images")])
+
+    def record_images(version: str, base_image: str) -> None:
+        run(["record", version, "--base-image", base_image])
+
+    release_cut.cut_from_args(args, root, log=log, record_images=record_images)
+    return None
 
 
 def main(argv: Optional[list[str]] = None) -> int:

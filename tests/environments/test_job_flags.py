@@ -82,3 +82,38 @@ def test_image_commands_need_release_and_platform():
     with pytest.raises(images_cli.ImageError, match=r"^usage: ./noxw -s build -- R P") as e:
         images_cli.run_command("build", ["1.6.0", "--tag=x"], "R P")
     assert e.value.usage
+
+
+@pytest.mark.parametrize(
+    "args, platform, rest",
+    [
+        (["gpu", "C4Spmd1BAdam4Replicas"], "gpu", ["C4Spmd1BAdam4Replicas"]),
+        (["tpu"], "tpu", []),
+        (["C4Spmd1BAdam4Replicas", "--gpu=h100"], "gpu", ["C4Spmd1BAdam4Replicas", "--gpu=h100"]),
+        (
+            ["C4Spmd1BAdam4Replicas", "--gpu", "h200"],
+            "gpu",
+            ["C4Spmd1BAdam4Replicas", "--gpu", "h200"],
+        ),
+        (["--tpu", "v5e"], "tpu", ["--tpu", "v5e"]),
+    ],
+)
+def test_aot_plans_in_the_env_of_the_platform_named(args, platform, rest):
+    assert job_flags.pop_aot_platform(args) == platform and args == rest
+
+
+def test_release_cuts_recording_its_images_or_records_a_release_cut_before(monkeypatch):
+    ran, cut = [], []
+    monkeypatch.setattr(images_cli, "run", lambda argv: ran.append(argv) or "recorded")
+
+    def cut_from_args(args, root, log, record_images):
+        cut.append(args)
+        record_images(args[0], "pax-base:bookworm")
+
+    monkeypatch.setattr(images_cli.release_cut, "cut_from_args", cut_from_args)
+    assert images_cli.cut_or_record(["9.0.0", "--skip-tests"]) is None
+    assert cut == [["9.0.0", "--skip-tests"]]
+    assert ran == [["record", "9.0.0", "--base-image", "pax-base:bookworm"]]
+    ran.clear()
+    assert images_cli.cut_or_record(["1.6.0", "--record-images", "tpu"]) == "recorded"
+    assert ran == [["record", "1.6.0", "tpu"]] and len(cut) == 1

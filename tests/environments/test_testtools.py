@@ -159,3 +159,19 @@ def test_jupyter_execute_runs_from_the_env_or_the_folder():
         [sys.executable, *testtools.JUPYTER_EXECUTE, "--help"], capture_output=True, text=True
     )
     assert done.returncode == 0 and "--inplace" in done.stdout + done.stderr
+
+
+def test_the_test_sessions_pytest_arguments(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tests").mkdir()
+    assert testtools.pytest_argv(["-q"], cores=4) == [
+        "tests",
+        "-n",
+        "4",
+        "--dist",
+        "loadfile",
+        "-q",
+    ]
+    assert testtools.pytest_argv(["tests::test_x", "-x"], cores=1) == ["tests::test_x", "-x"]
+    on_chip = testtools.pytest_argv(["-k", "mesh"], "tpu", cores=8)
+    assert on_chip == ["tests", "-m", "accelerator", "--full", "-p", "no:xdist", "-k", "mesh"]
