@@ -118,9 +118,10 @@ def test_the_jobsets_topologies_are_the_ones_aot_plans():
     for r in plans.records():
         generation, _, shape = (r["target"].get("topology") or "").partition(":")
         chips = r["devices"]
-        if not shape or chips < cluster.CHIPS_PER_TPU_HOST:
-            continue  # XLA:CPU plans, and one-chip plans, which no JobSet here asks for
-        name = {"v5e": f"v5litepod-{chips}", "v4": f"v4-{2 * chips}"}[generation]
+        cloud = {"v5e": f"v5litepod-{chips}", "v4": f"v4-{2 * chips}"}
+        if generation not in cloud or chips < cluster.CHIPS_PER_TPU_HOST:
+            continue  # GPU and XLA:CPU plans, and one-chip ones, which no TPU JobSet asks for
+        name = cloud[generation]
         assert plans.aot_slice(name) == r["target"]["slice"]
         assert cluster.tpu_slice(name)[1:] == (chips, shape), r["target"]
         checked += 1
