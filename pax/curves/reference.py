@@ -277,6 +277,11 @@ class Reference:
     def seeds(self) -> list:
         return [r.get("seed") for r in self.runs]
 
+    def summary(self) -> str:
+        """`NAME (N seeds; 1 held_out, 2 broken)`, as the references session reports it."""
+        kept = ", ".join(f"{len(v)} {k}" for k, v in self.calibration.items()) or "no calibration"
+        return f"{self.name} ({self.n} seeds; {kept})"
+
     def to_json(self) -> dict:
         return {
             "schema": SCHEMA,

@@ -110,6 +110,7 @@ def test_records_band_held_out_and_broken_runs(tmp_path, fake_python):
     assert not any(judge_recorded(b, ref).ok for b in broken)
     assert "--held-out=11 --faults=lr_x10,no_warmup --fault-steps=60" in ref.recorded_by
     assert len(calls) == 7 and all("took" in m for m in logs)
+    assert ref.summary() == "Fake (4 seeds; 1 held_out, 2 broken)"
 
     # --reuse: finished runs are kept, so only the run whose directory is gone trains again
     (tmp_path / "calls.txt").unlink()
