@@ -57,11 +57,13 @@ def leave_out(names: list[str], pins: dict[str, str]) -> list[str]:
                 f"--leave-out {name}: the lock pins {pins.get(name)}, not {dists[name].version}"
             ]
     for dist in dists.values():
+        root = Path(dist.locate_file(""))
         files = [Path(dist.locate_file(f)) for f in dist.files or []]
         for path in files:
             path.unlink(missing_ok=True)
-        # the package's folders, deepest first, where nothing else is left in them
-        for folder in sorted({p.parent for p in files}, key=lambda p: -len(p.parts)):
+        # the package's folders and theirs, deepest first, where nothing else is left in them
+        folders = {d for p in files for d in p.parents if root in d.parents}
+        for folder in sorted(folders, key=lambda p: -len(p.parts)):
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
     body = json.loads(IDENTITY.read_text())

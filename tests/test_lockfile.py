@@ -185,17 +185,17 @@ def test_differences():
 
 
 def _fake_dist(site: Path, name: str, version: str) -> None:
-    """A distribution's metadata and one module, both in its RECORD (pax's module is the
+    """A distribution's metadata and one library, both in its RECORD (pax's modules are the
     checkout's, through a .pth: its metadata alone)."""
     stem = name.replace("-", "_")
     info = site / f"{stem}-{version}.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     record = [f"{info.name}/METADATA,,", f"{info.name}/RECORD,,"]
-    if name != "pax":
-        (site / stem.lower()).mkdir()
-        (site / stem.lower() / "__init__.py").write_text("")
-        record.append(f"{stem.lower()}/__init__.py,,")
+    if name != "pax":  # a library a folder down, nothing beside it (NVIDIA's wheels' layout)
+        (site / stem.lower() / "lib").mkdir(parents=True)
+        (site / stem.lower() / "lib" / f"lib{stem.lower()}.so").write_text("")
+        record.append(f"{stem.lower()}/lib/lib{stem.lower()}.so,,")
     (info / "RECORD").write_text("\n".join(record) + "\n")
 
 
@@ -266,7 +266,7 @@ def test_image_check_leaves_out_a_locked_package_as_its_record_lists_it(tmp_path
     assert "3 packages match" in out.stdout and "left out: ml-dtypes" in out.stdout
     site = _site(tmp_path / "venv")
     assert not (site / "ml_dtypes").exists() and not list(site.glob("ML_Dtypes-*.dist-info"))
-    assert (site / "jax" / "__init__.py").is_file()  # the others untouched
+    assert (site / "jax" / "lib" / "libjax.so").is_file()  # the others untouched
     identity = json.loads((tmp_path / "venv" / "pax-env.json").read_text())
     assert identity == {"format": "pax-env/1", "left_out": ["ml-dtypes"]}
     again = _verify(tmp_path, MESSY_LOCK, dists)
@@ -274,7 +274,7 @@ def test_image_check_leaves_out_a_locked_package_as_its_record_lists_it(tmp_path
     # Only what the lock pins and is installed can be left out: nothing is removed otherwise.
     refused = _verify(tmp_path, MESSY_LOCK, dists, "--leave-out", "jax", "six")
     assert refused.returncode == 1 and "--leave-out six: not installed" in refused.stdout
-    assert (site / "jax" / "__init__.py").is_file()
+    assert (site / "jax" / "lib" / "libjax.so").is_file()
 
 
 def test_image_check_names_every_difference(tmp_path):
