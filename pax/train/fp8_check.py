@@ -1,12 +1,20 @@
 """FP8 check: BF16 against FP8 training on this machine's first device, and XLA's FP8 GEMMs.
 
   python -m pax.train.fp8_check [--steps N] [--exp NAME] [--batch B]    (ci/gpu_check.sh)
+  python -m pax.train.fp8_check --target h100|h200|a100 [--exp NAME] [--batch B]
+
+With --target it needs no GPU: the CUDA compiler of jax's plugin (the gpu env, the GPU image)
+compiles the BF16 and FP8 train steps of C4Spmd1BAdam4Replicas for one such GPU on this CPU
+(pax.parallel.gpu_targets), and it prints the GPU, the model's FP8 dense matmuls per step, each
+step's GEMM calls and memory plan, and one line with the number of `__cublas$lt$matmul$f8` calls
+in the FP8 step against its FP8 dot_generals. Exit 1 when XLA left any FP8 dot to another kernel
+(XLA's default flags give them to Triton), 2 for a GPU without FP8 tensor cores (the A100).
 
 On a GPU it trains a few steps of C4Spmd1BAdam4Replicas (13 × 2560, 1.0B parameters, synthetic
 tokens, one device) with bf16 activations, once plain and once with USE_FP8, and prints step
 time, tokens/s and MFU of each, the FP8 speed-up, and how many cuBLASLt FP8 GEMMs
 (`__cublas$lt$matmul$f8` custom calls) XLA put into the FP8 step's optimized HLO; it fails when
-a Hopper-class GPU (compute capability >= 8.9) got none. Without a GPU it says so and runs the
+a GPU with FP8 tensor cores (compute capability >= 8.9) got fewer than the step's FP8 dots. Without a GPU it says so and runs the
 same on LmCloudSpmdTiny, which checks the path end to end but says nothing about GPU speed.
 MFU is against the dense BF16 peak (pax.train.mfu) for both; FP8's own peak is twice that.
 """
