@@ -84,7 +84,8 @@ def measure(name: str, use_fp8: bool, steps: int, batch=None) -> dict:
 def _fp8_capable(device) -> bool:
     """FP8 tensor cores: compute capability 8.9 (Ada) or newer (Hopper is 9.0)."""
     capability = getattr(device, "compute_capability", None)
-    return capability is not None and tuple(map(int, str(capability).split("."))) >= (8, 9)
+    found = capability is not None and tuple(map(int, str(capability).split(".")))
+    return bool(found) and found >= gpu_targets.FP8_CAPABILITY
 
 
 def fp8_matmuls(abstract_state) -> int:
