@@ -311,11 +311,13 @@ def name_newest_release(text: str, newest: str) -> str:
 
 
 def marked_files(root: Path | None = None, files=None) -> list[Path]:
-    """The files holding one of this module's blocks (a release cut rewrites them)."""
+    """The files holding one of this module's blocks, and the pages naming the newest release
+    (a release cut rewrites them all)."""
     root = root or paths.ROOT
     starts = [start for _, start, _ in generated(root)]
     return [
         root / f
         for f in (all_files(root) if files is None else files)
-        if (root / f).is_file() and any(s in (root / f).read_text() for s in starts)
+        if (root / f).is_file()
+        and (f in NEWEST_PAGES or any(s in (root / f).read_text() for s in starts))
     ]
