@@ -281,7 +281,7 @@ def test_refuses_a_dirty_tree(clone, how):
 def test_command_line_refusals_are_one_line(clone):
     def run(*args):
         return subprocess.run(
-            [sys.executable, "-m", "pax.releases.cut", *args],
+            [sys.executable, "-m", "pax.releases", "cut", *args],
             cwd=clone,
             capture_output=True,
             text=True,
