@@ -151,8 +151,8 @@ def _local_rows(dataset, index: int, run) -> dict:
 
 
 def process_stripe(global_batch: int) -> slice:
-    """This process's equal share of the batch, by process index (pmap, and C4's streams, which
-    give each process its own files)."""
+    """This process's equal share of the batch, by process index (pmap, whose processes each
+    read a part of a C4 stream of their own)."""
     per_process = global_batch // jax.process_count()
     return slice(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
 
@@ -179,10 +179,10 @@ def process_rows(mesh, global_batch: int) -> np.ndarray:
 
 def reader(mesh, global_batch: int, process: int | None = None) -> tuple[int, int]:
     """(index, count) of this process (or `process`) among a stream's readers (C4): processes
-    whose devices
-    hold the same rows (`mdl` or `stage` across hosts) are one reader, and read the same part
-    of the stream, so they feed those rows alike; processes holding other rows read parts of
-    their own. UsageError where two processes' rows overlap without being the same."""
+    whose devices hold the same rows (`mdl` or `stage` across hosts) are one reader, and read
+    the same part of the stream, so they feed those rows alike; processes holding other rows
+    read parts of their own. UsageError where two processes' rows overlap without being the
+    same."""
     held = batch_rows(mesh, global_batch)
     groups = sorted({tuple(rows.tolist()) for rows in held.values()})
     if sum(map(len, groups)) != global_batch:
