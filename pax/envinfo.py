@@ -397,7 +397,13 @@ def render(desc: dict) -> str:
 
 
 def _not_a_pax_env(desc: dict) -> bool:
-    return desc["state"] == "unpinned" and not desc["identity"] and not desc["overridden_by"]
+    """Unpinned, named by nothing, and holding fewer of the nearest lock's pins than it lacks
+    (an env built from a lock by hand and bumped since is still one, drift table and all)."""
+    if desc["state"] != "unpinned" or desc["identity"] or desc["overridden_by"]:
+        return False
+    rows = desc["differences"] or []
+    as_locked = desc["installed_count"] - sum(1 for r in rows if r["installed"])
+    return as_locked < sum(1 for r in rows if r["locked"])
 
 
 def where_envs_are(locks=None, root: Path | None = None) -> str:

@@ -22,6 +22,11 @@ def test_a_drifted_pinned_env_still_lists_its_differences(tmp_path):
     desc = envinfo.describe(environ={"PAX_LOCKFILE": lock.label}, prefix=tmp_path, have=have)
     text = envinfo.render(desc)
     assert "not a pax env" not in text and "  absl-py" in text
+    # built from a lock by hand, without an identity, then one package bumped: still a pax env
+    desc = envinfo.describe(environ={}, prefix=tmp_path, have=have)
+    assert desc["state"] == "unpinned"
+    text = envinfo.render(desc)
+    assert "not a pax env" not in text and "  absl-py" in text
 
 
 def test_without_release_locks_the_envs_are_a_checkouts():
