@@ -118,8 +118,10 @@ def test_job_directory_layout_and_contents(reference_run):
     assert manifest["peak_flops"]["flops"] > 1e9
 
 
-def test_eval_mode_reads_the_newest_checkpoint(reference_run):
-    job_dir, _ = reference_run
+def test_eval_mode_reads_the_newest_checkpoint(tiny_job_copy):
+    # A copy: evaluating appends an eval record, which other tests' reads of the shared run
+    # must not see.
+    job_dir = tiny_job_copy
     run = instantiate(Tiny(), devices=jax.devices()[:1])
     results = loop.evaluate(run, str(job_dir), NAME)
     last_eval = read_metrics(job_dir, "eval_test_embedded")[-2]  # written by training at step 6
