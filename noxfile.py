@@ -14,20 +14,18 @@ from pathlib import Path
 
 import nox
 
-sys.path.insert(
-    0, str(Path(__file__).resolve().parent)
-)  # the packages below, run here in the tools venv
+# the packages below, run here in the tools venv
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchmarks import table as bench_table
 from pax.bisect import cli as bisect_cli
 from pax.curves import band as refs
 from pax.docs import blocks as doc_blocks
 from pax.environments import job_flags, sessions, testtools, venv
-from pax.errors import UsageError
 from pax.images import cli as images_cli
 from pax.launch import cli as launch
 from pax.paths import ROOT
-from pax.releases import catalog, cut
+from pax.releases import catalog
 from pax.releases import cli as releases_cli
 from pax.releases import compile as locks
 
@@ -42,14 +40,12 @@ def _errors(session: nox.Session):
     return sessions.one_line(session.name)
 
 
-def _release(session: nox.Session, args: list[str]) -> catalog.Release:
+def _release(session: nox.Session, args: list[str], platform=True) -> tuple[catalog.Release, str]:
+    """[RELEASE] [PLATFORM] popped off args; PLATFORM is cpu where the session takes none."""
     with _errors(session):
-        return catalog.pop_release(args)
-
-
-def _release_platform(session: nox.Session, args: list[str]) -> tuple[catalog.Release, str]:
-    with _errors(session):
-        return catalog.pop_release_and_platform(args)
+        if platform:
+            return catalog.pop_release_and_platform(args)
+        return catalog.pop_release(args), "cpu"
 
 
 def _env(session: nox.Session, release: catalog.Release, platform: str) -> venv.Env:
@@ -60,9 +56,7 @@ def _env(session: nox.Session, release: catalog.Release, platform: str) -> venv.
 def _in_env(session: nox.Session, module: str, defaults=None, platform=True, or_args=()) -> list:
     """`python -m module ARGS` in a release's env; posargs: [RELEASE] [PLATFORM] ARGS."""
     args = list(session.posargs)
-    release, platform = (
-        _release_platform(session, args) if platform else (_release(session, args), "cpu")
-    )
+    release, platform = _release(session, args, platform)
     env = _env(session, release, platform)
     args = job_flags.with_defaults(args, defaults) if defaults else args or list(or_args)
     sessions.run([env.python, "-m", module, *args], env.session_env(), log=session.log)
@@ -75,16 +69,13 @@ def test(session: nox.Session) -> None:
 
     On a TPU or GPU host, PLATFORM tpu|gpu runs the accelerator tier in that env, one process."""
     args = list(session.posargs)
-    release, platform = _release_platform(session, args)
+    release, platform = _release(session, args)
     env = _env(session, release, platform)
-    if platform != "cpu":  # one process holds the chip; the tier selects itself by its marker
-        args = ["-m", "accelerator", "--full", "-p", "no:xdist", *args]
     with _errors(session):
         variables = testtools.prepare(env, log=session.log)
     # Tests choose their own devices (conftest sets XLA_FLAGS before jax loads).
-    targets = [] if any(Path(a.split("::")[0]).exists() for a in args) else ["tests"]
-    args = [*targets, *testtools.pytest_args(args), *args]
-    sessions.run([env.python, "-m", "pytest", *args], variables, log=session.log)
+    argv = testtools.pytest_argv(args, platform)
+    sessions.run([env.python, "-m", "pytest", *argv], variables, log=session.log)
 
 
 @nox.session
@@ -107,7 +98,7 @@ def decode(session: nox.Session) -> None:
 def env(session: nox.Session) -> None:
     """A release env's identity and drift, as a run started by hand sees it: `env -- [R] [P] [--json]`."""
     args = list(session.posargs)
-    release, platform = _release_platform(session, args)
+    release, platform = _release(session, args)
     python = venv.existing_python(release, platform) or _env(session, release, platform).python
     sessions.run([python, "-m", "pax", "env", *args], {"PYTHONPATH": str(ROOT)}, log=session.log)
 
@@ -119,42 +110,19 @@ def lock(session: nox.Session) -> None:
         locks.lock_from_args(list(session.posargs), ROOT, log=session.log)
 
 
-def _images(session: nox.Session, command: str, usage: str) -> None:
-    with _errors(session):
-        session.log(f"{command}: {images_cli.run_command(command, session.posargs, usage)}")
+def _image_session(command: str, description: str, usage: str) -> None:
+    """`./noxw -s COMMAND -- ...`: pax.images' COMMAND, a usage error the session's one line."""
+
+    def run(session: nox.Session) -> None:
+        with _errors(session):
+            session.log(f"{command}: {images_cli.run_command(command, session.posargs, usage)}")
+
+    run.__doc__ = description
+    nox.session(name=command)(run)
 
 
-@nox.session
-def build(session: nox.Session) -> None:
-    """Build pax:RELEASE-PLATFORM from the release's source: `build -- RELEASE tpu|gpu [--dev]`."""
-    _images(session, "build", "RELEASE tpu|gpu [--dev] [--base-image IMAGE]")
-
-
-@nox.session
-def verify(session: nox.Session) -> None:
-    """Build twice from scratch, compare image IDs, check provenance: `verify -- RELEASE PLATFORM`."""
-    _images(session, "verify", "RELEASE tpu|gpu [--dev] [--base-image IMAGE]")
-
-
-@nox.session
-def smoke(session: nox.Session) -> None:
-    """Train the tiny LM in the image offline and check its job dir: `smoke -- RELEASE PLATFORM`."""
-    _images(session, "smoke", "RELEASE tpu|gpu [--dev] [--steps N] [--keep DIR]")
-
-
-@nox.session
-def publish(session: nox.Session) -> None:
-    """Push a candidate, verify it pulled back, then move the tags: `publish -- RELEASE PLATFORM ...`."""
-    _images(session, "publish", "RELEASE tpu|gpu [--dev] --registry HOST:PORT [--key PEM]")
-
-
-@nox.session
-def check(session: nox.Session) -> None:
-    """Check a published image from the registry alone: `check -- REGISTRY/pax:X-P --key PUB.pem`."""
-    with _errors(session):
-        if not session.posargs:
-            raise UsageError("usage: ./noxw -s check -- REGISTRY/pax:X-P --key PUB.pem")
-        session.log(f"check: {images_cli.run(['check', *session.posargs])}")
+for _command, (_description, _usage) in images_cli.SESSIONS.items():
+    _image_session(_command, _description, _usage)
 
 
 @nox.session
@@ -179,20 +147,11 @@ def bisect(session: nox.Session) -> None:
 def release(session: nox.Session) -> None:
     """Cut a release (locks, tests, commits, tags, image IDs): `release -- X.Y.Z [--recreate]`.
 
-    `release -- X.Y.Z --record-images [PLATFORM...]` records the images of a release cut before;
-    the branch is rX.Y.Z, the tag vX.Y.Z."""
-    args = list(session.posargs)
-    if "--record-images" in args:  # a release cut before: its images' IDs, the locks untouched
-        args.remove("--record-images")
-        with _errors(session):
-            session.log(f"record: {images_cli.run(['record', *args])}")
-        return
-
-    def record(version: str, base_image: str) -> None:
-        images_cli.run(["record", version, "--base-image", base_image])
-
+    The branch is rX.Y.Z, the tag vX.Y.Z; `--record-images`: pax.images.cli.cut_or_record."""
     with _errors(session):
-        cut.cut_from_args(args, ROOT, log=session.log, record_images=record)
+        recorded = images_cli.cut_or_record(list(session.posargs), ROOT, log=session.log)
+    if recorded is not None:
+        session.log(f"record: {recorded}")
 
 
 @nox.session
@@ -246,7 +205,7 @@ def references(session: nox.Session) -> None:
 
     tpu, gpu: the band of that platform, recorded in its env, shipped beside the CPU one."""
     args = list(session.posargs)
-    release, platform = _release_platform(session, args)
+    release, platform = _release(session, args)
     with _errors(session):
         parsed = refs.parse_args(args)
         env = _env(session, release, platform)
@@ -254,8 +213,7 @@ def references(session: nox.Session) -> None:
         ref = refs.record(
             env.python, run_env, release.version, parsed, log=session.log, platform=platform
         )
-    cal = ", ".join(f"{len(v)} {k}" for k, v in ref.calibration.items()) or "no calibration"
-    session.log(f"references: wrote {ref.name} ({ref.n} seeds; {cal})")
+    session.log(f"references: wrote {ref.summary()}")
 
 
 @nox.session
@@ -266,19 +224,15 @@ def aot(session: nox.Session) -> None:
     `gpu` or --gpu in its gpu env, whose CUDA plugin compiles for GPUs; without experiments,
     that platform's reference rows (`--cpu`: XLA:CPU's upper bound on virtual CPU devices)."""
     args = list(session.posargs)
-    release = _release(session, args)
-    if args[:1] in (["tpu"], ["gpu"]):
-        platform = args.pop(0)
-    else:
-        platform = "gpu" if any(a.split("=")[0] == "--gpu" for a in args) else "tpu"
-    env = _env(session, release, platform)
+    release, _ = _release(session, args, platform=False)
+    env = _env(session, release, job_flags.pop_aot_platform(args))
     sessions.run([env.python, "-m", "pax.aot", *args], env.session_env(), log=session.log)
 
 
 @nox.session
 def tutorial(session: nox.Session) -> None:
     """Run docs/tutorial.ipynb in a release's CPU env, storing its outputs: `tutorial -- [RELEASE]`."""
-    env = _env(session, _release(session, list(session.posargs)), "cpu")
+    env = _env(session, *_release(session, list(session.posargs), platform=False))
     # The notebook runs on the one CPU device a reader has, not on virtual devices.
     with _errors(session):
         run_env = {**testtools.prepare(env, log=session.log), "XLA_FLAGS": ""}

@@ -160,6 +160,31 @@ def run(argv: list[str], log=sys.stderr) -> object:
     return publish(target, a.registry, image=a.image, ca=a.ca_bundle, key=a.key, log=log)
 
 
+# nox's image sessions, `./noxw -s COMMAND -- ...`: what `./noxw -l` says of each, and its usage.
+SESSIONS = {
+    "build": (
+        "Build pax:RELEASE-PLATFORM from the release's source: `build -- RELEASE tpu|gpu [--dev]`.",
+        "RELEASE tpu|gpu [--dev] [--base-image IMAGE]",
+    ),
+    "verify": (
+        "Build twice from scratch, compare image IDs, check provenance: `verify -- RELEASE PLATFORM`.",
+        "RELEASE tpu|gpu [--dev] [--base-image IMAGE]",
+    ),
+    "smoke": (
+        "Train the tiny LM in the image offline and check its job dir: `smoke -- RELEASE PLATFORM`.",
+        "RELEASE tpu|gpu [--dev] [--steps N] [--keep DIR]",
+    ),
+    "publish": (
+        "Push a candidate, verify it pulled back, then move the tags: `publish -- RELEASE PLATFORM ...`.",
+        "RELEASE tpu|gpu [--dev] --registry HOST:PORT [--key PEM]",
+    ),
+    "check": (
+        "Check a published image from the registry alone: `check -- REGISTRY/pax:X-P --key PUB.pem`.",
+        "REGISTRY/pax:X-P --key PUB.pem",
+    ),
+}
+
+
 def run_command(command: str, args, usage: str, log=sys.stderr) -> object:
     """`./noxw -s COMMAND -- RELEASE PLATFORM ...`: without both, a one-line usage error (the
     session's) rather than argparse's; else `run`."""

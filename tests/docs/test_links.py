@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pax.images import cli as images_cli
 from pax.paths import ROOT
 
 markdown_it = pytest.importorskip("markdown_it")
@@ -88,8 +89,10 @@ def test_slug_follows_github():
 
 
 def nox_sessions() -> set[str]:
+    """The noxfile's sessions: its decorated functions, and the image sessions it registers
+    from pax.images.cli.SESSIONS (tests/environments/test_sessions.py starts every one)."""
     tree = ast.parse((ROOT / "noxfile.py").read_text())
-    return {
+    return set(images_cli.SESSIONS) | {
         node.name
         for node in tree.body
         if isinstance(node, ast.FunctionDef)

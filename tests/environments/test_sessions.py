@@ -11,6 +11,7 @@ import pytest
 
 from pax.environments import sessions
 from pax.errors import CANNOT_JUDGE, FAILURE, USAGE, UsageError
+from pax.images import cli as images_cli
 from pax.paths import ROOT
 from pax.releases import catalog
 from tests.docs.test_links import nox_sessions
@@ -79,7 +80,7 @@ def test_every_description_nox_lists_is_whole():
         node.name: ast.get_docstring(node).split("\n")[0]
         for node in tree.body
         if isinstance(node, ast.FunctionDef) and node.name in CASES
-    }
+    } | {name: description for name, (description, _) in images_cli.SESSIONS.items()}
     cut = {
         name: line
         for name, line in firsts.items()
