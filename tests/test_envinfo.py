@@ -279,18 +279,22 @@ MACHINE_EXTRAS = {"pytest": "9.0.1", "iniconfig": "2.3.0", "pluggy": "1.6.0"}
 
 
 def test_every_pin_installed_with_other_packages_is_a_superset_named_by_its_lock(tmp_path):
-    locked = _identity("1.7.0", "tpu").locked
+    newest = releases.newest().version
+    locked = _identity(newest, "tpu").locked
     env = envinfo.describe(environ={}, prefix=_prefix(tmp_path), have={**locked, **MACHINE_EXTRAS})
     assert env["state"] == "superset" and env["identity"] is None
-    assert (env["release"], env["platform"]) == ("1.7.0", "tpu")
-    assert env["lock_sha256"] == releases.resolve("1.7.0").lock_sha256("tpu")
+    # Releases may share a lock's set; the newest of them names the env, the others are tied.
+    assert (env["release"], env["platform"]) == (newest, "tpu")
+    assert env["lock_sha256"] == releases.resolve(newest).lock_sha256("tpu")
     assert [(r["package"], r["kind"]) for r in env["differences"]] == [
         (name, "extra") for name in sorted(MACHINE_EXTRAS)
     ]
+    tied = env["nearest"]["tied"]
+    assert all(_identity(t.split()[0], "tpu").locked == locked for t in tied)
     assert envinfo.summary(env) == (
-        "environment: release 1.7.0 tpu, every pin of its lock installed at its version (sha256 "
-        f"{env['lock_sha256'][:12]}), and 3 other packages: iniconfig, pluggy, pytest (no "
-        "identity file)"
+        f"environment: release {newest} tpu, every pin of its lock installed at its version "
+        f"(sha256 {env['lock_sha256'][:12]}{'; as near: ' + ', '.join(tied) if tied else ''}), "
+        "and 3 other packages: iniconfig, pluggy, pytest (no identity file)"
     )
     assert "state       superset: every pin of the lock installed at its version, and 3 other" in (
         envinfo.render(env)

@@ -11,7 +11,8 @@ from pax.curves.job_dir import CurvesError
 from pax.releases import catalog as releases
 from pax.train import manifest as manifest_lib
 
-RELEASE = "1.7.0"
+# The newest: of releases that share a lock's set, the newest names an env holding it.
+RELEASE = releases.newest().version
 
 
 def _with_env(job_dir, have):
