@@ -37,7 +37,14 @@ MATRIX_START = "<!-- support-matrix:start -->"
 MATRIX_END = "<!-- support-matrix:end -->"
 # Relative to the repo root; docs/*.md are added by `all_files`.
 FILES = ("README.md", "releases/README.md", "CHANGELOG.md", "Dockerfile.gpu")
-NEWEST_PAGES = ("README.md", "docs/parallelism.md")
+NEWEST_PAGES = (
+    "README.md",
+    "docs/parallelism.md",
+    "docs/decoding.md",
+    "docs/fp8-gpu.md",
+    "docs/reproducibility.md",
+    "docs/troubleshooting.md",
+)
 # A release in a command: a session's RELEASE word, a pinned env, an image, the GPU check, a
 # release's folder. Group 2 is the release.
 _RELEASE_IN_COMMAND = re.compile(
