@@ -151,7 +151,7 @@ class Attention(Sharded):
             )
 
         size = c.attention_query_chunk
-        if self.splash_attention and not kv_cache.decoding(self):
+        if self.splash_attention and splash.usable(q.shape[1]) and not kv_cache.decoding(self):
             return splash.attend(q, k, v, segment_ids, c.atten_logit_cap, self.mesh, self.rules)
         if size and size < q.shape[1] and not kv_cache.decoding(self):
             # Memory-efficient attention: query chunks one at a time, each recomputed in the backward

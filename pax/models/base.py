@@ -54,7 +54,8 @@ class Sharded(nn.Module):
     @property
     def splash_attention(self) -> bool:
         """Whether attention runs in jax's splash kernel (ATTENTION_KERNEL; pax.models.splash):
-        `auto` where the backend is TPU and the sequence fits its blocks."""
+        `auto` where the backend is TPU and the sequence fits its blocks. A call on a length
+        that does not fit them (a short input to init) runs the XLA form (attention.py)."""
         c = self.cfg
         if c.attention_kernel == "auto":
             return jax.default_backend() == "tpu" and splash.usable(c.seq_len)

@@ -33,6 +33,7 @@ from typing import Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import optax
 
 from pax.experiments.config import ModelConfig
 from pax.models import fp8, kv_cache
@@ -205,8 +206,9 @@ def lm_loss(logits, targets, weights):
     Returns (loss, metrics) where loss = log_pplx = the weighted mean negative log-likelihood,
     accuracy = weighted next-token accuracy, num_tokens = sum of weights.
     """
-    log_probs = jax.nn.log_softmax(logits, axis=-1)
-    nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+    # logsumexp minus the target's logit: no [batch, length, vocab] log-probabilities written
+    # out, which a TPU step otherwise spends HBM time and memory on.
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
     weights = weights.astype(jnp.float32)
     num_tokens = weights.sum()
     denom = jnp.maximum(num_tokens, 1.0)

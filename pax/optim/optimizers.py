@@ -14,9 +14,9 @@ vectorized optimizer.
 import optax
 
 from pax.experiments.config import OptimizerConfig
-from pax.optim import adafactor, per_layer, schedules
+from pax.optim import adafactor, finite, per_layer, schedules
 
-# apply_if_finite gives up after this many non-finite steps in a row; the loop's NAN_POLICY
+# skip_if_not_finite gives up after this many non-finite steps in a row; the loop's NAN_POLICY
 # decides long before that whether to stop.
 _MAX_CONSECUTIVE_NONFINITE = 1_000_000
 
@@ -29,8 +29,9 @@ def build(
     repeat_prefix: a tree shaped like the parameters holding each leaf's number of stacked
     layer dimensions (pax.train.state.repeat_prefix); None: nothing is stacked.
 
-    Updates with non-finite gradients are skipped (optax.apply_if_finite), so NaNs never reach
-    the parameters; the state's total_notfinite counts them.
+    Updates with non-finite gradients are skipped (pax.optim.finite: optax.apply_if_finite's
+    rule without its branch), so NaNs never reach the parameters; the state's total_notfinite
+    counts them.
     """
     lr = schedules.build(config)
     clip = (
@@ -86,4 +87,4 @@ def build(
         )
     else:
         raise ValueError(f"unknown optimizer {config.optimizer!r}")
-    return optax.apply_if_finite(tx, _MAX_CONSECUTIVE_NONFINITE), lr
+    return finite.skip_if_not_finite(tx, _MAX_CONSECUTIVE_NONFINITE), lr

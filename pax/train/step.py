@@ -46,11 +46,11 @@ def make_train_step(model, tx, lr_schedule, axis_name=None):
             **metrics,
             "grad_norm": grad_norm,
             # The rate this step applies: the optimizer's schedules count applied steps only
-            # (optax.apply_if_finite leaves them alone on a skipped step).
+            # (pax.optim.finite leaves them alone on a skipped step).
             "learning_rate": lr_schedule(state["step"] - state["opt_state"].total_notfinite),
             "finite": finite,
             "skipped_steps": opt_state.total_notfinite,
-        }  # from optax.apply_if_finite
+        }  # from the optimizer's finite guard (pax.optim.finite)
         return new_state, metrics
 
     return train_step

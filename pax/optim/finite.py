@@ -1,0 +1,53 @@
+"""Skipping updates whose gradients are not finite, without a branch.
+
+optax.apply_if_finite makes the same choice with lax.cond over the whole inner update. XLA
+cannot fuse across a conditional: the update and the optimizer state are written out whole
+inside the branch and read back by apply_updates after it, about 20 ms a step for 0.55B
+parameters on a v5e chip (benchmarks/tpu_bench.py --profile). Here the choice is a select per
+element, which fuses into the passes that compute the update. The state is optax's own
+ApplyIfFiniteState, so checkpoints and the counters the loop reads stay as they were.
+"""
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+def skip_if_not_finite(
+    inner: optax.GradientTransformation, max_consecutive_errors: int
+) -> optax.GradientTransformation:
+    """optax.apply_if_finite's semantics: a step whose gradients hold a NaN or an Inf leaves
+    the inner state alone and updates by zero, until more than `max_consecutive_errors` such
+    steps in a row make it give up and apply them."""
+    inner = optax.with_extra_args_support(inner)
+
+    def init(params):
+        return optax.ApplyIfFiniteState(
+            notfinite_count=jnp.zeros([], jnp.int32),
+            last_finite=jnp.array(True, jnp.bool_),
+            total_notfinite=jnp.zeros([], jnp.int32),
+            inner_state=inner.init(params),
+        )
+
+    def update(updates, state, params=None, **extra_args):
+        isfinite = jnp.all(jnp.array([jnp.all(jnp.isfinite(u)) for u in jax.tree.leaves(updates)]))
+        notfinite_count = jnp.where(
+            isfinite, jnp.zeros([], jnp.int32), optax.safe_increment(state.notfinite_count)
+        )
+        accept = isfinite | (notfinite_count > max_consecutive_errors)
+        new_updates, new_inner = inner.update(updates, state.inner_state, params, **extra_args)
+        chosen = jax.tree.map(
+            lambda new, old: jnp.where(accept, new, old), new_inner, state.inner_state
+        )
+        return jax.tree.map(lambda u: jnp.where(accept, u, jnp.zeros_like(u)), new_updates), (
+            optax.ApplyIfFiniteState(
+                notfinite_count=notfinite_count,
+                last_finite=isfinite,
+                total_notfinite=jnp.where(
+                    isfinite, state.total_notfinite, optax.safe_increment(state.total_notfinite)
+                ),
+                inner_state=chosen,
+            )
+        )
+
+    return optax.GradientTransformationExtraArgs(init, update)
