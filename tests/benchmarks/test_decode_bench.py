@@ -27,6 +27,16 @@ def test_parameter_bytes_by_hand():
     assert sizes.parameter_bytes(SMALL) == 200_064
 
 
+def test_a_bf16_step_reads_the_weights_in_bf16():
+    """Weights stored in float32 and used in bfloat16 are read as bfloat16 by a decode step
+    (their casts leave the loop): half the bytes, 2 each; the cache as it is stored."""
+    bf16 = dataclasses.replace(SMALL, fprop_dtype="bfloat16")
+    assert sizes.read_dtype(SMALL) == np.float32 and sizes.read_dtype(bf16) == jnp.bfloat16
+    cache = sizes.cache_bytes(bf16, 2, 40)
+    assert sizes.step_bytes(bf16, 2, 1, 40) == 50_016 * 2 + cache
+    assert sizes.step_bytes(SMALL, 2, 1, 40) == 200_064 + sizes.cache_bytes(SMALL, 2, 40)
+
+
 @pytest.mark.parametrize(
     "attrs",
     [

@@ -43,7 +43,8 @@ def test_a_cpu_run_reports_tokens_per_second_and_its_roofline_fraction(tmp_path,
         # A step reads every parameter and the whole cache buffer: prompt bucket + new slots.
         span = x["prompt_bucket"] + x["new_tokens"]
         assert x["step_bytes"] == (
-            sizes.parameter_bytes(cfg) + sizes.cache_bytes(cfg, x["batch"], span)
+            sizes.parameter_bytes(cfg, sizes.read_dtype(cfg))
+            + sizes.cache_bytes(cfg, x["batch"], span)
         )
         step = (x["generate_s"]["median"] - x["prefill_and_one_s"]["median"]) / 3
         assert x["step_s"] == pytest.approx(step)
