@@ -159,7 +159,7 @@ def readme(session: nox.Session) -> None:
     """Regenerate README's, CHANGELOG's, docs' generated blocks: `readme -- [--check]`."""
     with _errors(session):
         check = "--check" in sessions.flags(session.posargs, {"--check"}, "readme -- [--check]")
-        extra = [bench_table.block(), bench_table.accelerator_block()]
+        extra = bench_table.blocks()
         doc_blocks.main(ROOT, check, extra=extra, log=session.log)
 
 

@@ -18,6 +18,8 @@ ACCEL_START = "<!-- accelerator-bench-table:start -->"
 ACCEL_END = "<!-- accelerator-bench-table:end -->"
 # benchmarks/decode's --roofline records (kind "decode"), kept beside them, one per device.
 DECODE = "decode"
+DECODE_START = "<!-- decode-roofline-table:start -->"
+DECODE_END = "<!-- decode-roofline-table:end -->"
 # Rows in this order; a record's key is (config name, dtype).
 CONFIG_ORDER = ("BenchLm", "LargeBenchLm", "SmallBenchLm")
 DTYPES = {"float32": "f32", "bfloat16": "bf16"}
@@ -128,11 +130,65 @@ def _store(records: list[dict], path: Path) -> None:
     path.write_text(json.dumps(cpu + accelerator + decode, indent=2) + "\n")
 
 
-def record_decode(result: dict, path: Path = BENCH_JSON) -> None:
-    """Store a decode --roofline record, replacing the record of the same device."""
+def record_decode(result: dict, path: Path = BENCH_JSON, pages=None) -> None:
+    """Store a decode --roofline record, replacing the record of the same device, and rewrite
+    the decode table's blocks in `pages` (default: those of PAGES that hold its markers)."""
     device = result["device"]
     kept = [r for r in load(path) if r.get("kind") != DECODE or r["device"] != device]
     _store([*kept, result], path)
+    _rewrite(decode_block, DECODE_START, path, pages)
+
+
+def render_decode_table(records: list[dict]) -> str:
+    """Markdown for the decode --roofline records: one row per (device, batch)."""
+    if not records:
+        return "No accelerator run recorded yet: `python -m benchmarks.decode --roofline` on one."
+    lines = [
+        "| device | batch | prompt, new tokens | step | tokens/s | a step reads | at the "
+        "bandwidth | fraction of the roofline | measured |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for rec in records:
+        for x in rec["runs"]:
+            lines.append(
+                f"| {rec['device']} | {x['batch']} | {x['prompt_tokens']}, {x['new_tokens']} | "
+                f"{x['step_s'] * 1e3:.3f} ms | {x['tokens_per_s']:.0f} | "
+                f"{x['step_bytes'] / 1e6:.1f} MB | {x['roofline_step_s'] * 1e3:.3f} ms | "
+                f"{x['roofline_fraction']:.2f} | {rec['date']}, jax {rec['jax']} |"
+            )
+        runs, m = rec["runs"], rec["model"]
+        lines.append("")
+        lines.append(
+            f"Model: {m['layers']} × {m['model_dims']}, {m['heads']} heads, vocab {m['vocab']} "
+            f"({m['experiment'].rsplit('.', 1)[-1]} with NUM_LAYERS={m['layers']}), {m['dtype']}; "
+            f"bandwidth {rec['bandwidth']['bytes_per_s'] / 1e9:.0f} GB/s "
+            f"({rec['bandwidth']['source']}). Reproduce: `python -m benchmarks.decode --roofline "
+            f"--batch {' '.join(str(x['batch']) for x in runs)} --prompt "
+            f"{runs[0]['prompt_tokens']} --new {runs[0]['new_tokens']} --repeats "
+            f"{rec['repeats']}`."
+        )
+    return "\n".join(lines).rstrip()
+
+
+def decode_block(path: Path = BENCH_JSON) -> tuple[str, str, str]:
+    records = [r for r in load(path) if r.get("kind") == DECODE]
+    return render_decode_table(records), DECODE_START, DECODE_END
+
+
+def blocks(path: Path = BENCH_JSON) -> list[tuple[str, str, str]]:
+    """Every table this module renders, for pax.docs.blocks.refresh (`./noxw -s readme`)."""
+    return [block(path), accelerator_block(path), decode_block(path)]
+
+
+def _rewrite(make_block, start: str, path: Path, pages=None) -> None:
+    """Rewrite one table's blocks (make_block(path) renders it) in `pages` (default: those of
+    PAGES holding its `start` marker)."""
+    if pages is None:
+        pages = [p for p in PAGES if p.is_file() and start in p.read_text()]
+    if pages:
+        text, start, end = make_block(path)
+    for page in pages:
+        page.write_text(readme.rewrite_text(page.read_text(), text, page.name, start, end))
 
 
 def _setting(r: dict) -> str:
@@ -182,7 +238,8 @@ def render_accelerator_table(records: list[dict]) -> str:
             f"setting; MFU against {rec['peak']['flops'] / 1e12:.0f} TFLOP/s "
             f"({rec['peak']['source']}) by the project's FLOP count, and in parentheses with "
             f"causal attention counted at half as MaxText counts it; an 8192³ bf16 matmul "
-            f"measured {rec['measured_matmul_flops'] / 1e12:.0f} TFLOP/s in the same run. "
+            f"measured {rec['measured_matmul_flops'] / 1e12:.0f} TFLOP/s in the same run "
+            "(the lower figure where runs are joined). "
             f"Reproduce: `{rec['command']}`."
         )
     return "\n".join(lines).rstrip()
@@ -201,6 +258,4 @@ def record_accelerator(result: dict, path: Path = BENCH_JSON, pages=None) -> Non
         r for r in load(path) if r.get("kind") != ACCELERATOR or r["machine"]["device"] != device
     ]
     _store([*kept, result], path)
-    text, start, end = accelerator_block(path)
-    for page in pages or [p for p in PAGES if p.is_file() and start in p.read_text()]:
-        page.write_text(readme.rewrite_text(page.read_text(), text, page.name, start, end))
+    _rewrite(accelerator_block, ACCEL_START, path, pages)

@@ -223,6 +223,39 @@ def summary(result: dict) -> str:
     return "\n".join(lines)
 
 
+# What results joined into one record must share: the same chip, software and model.
+_SAME_MACHINE = ("device", "jax", "jaxlib", "libtpu")
+
+
+def joined(results: list) -> dict:
+    """One record from runs that measured different settings on the same device and versions
+    (a host's time limit can split the settings over runs): their rows in batch order, each
+    run's command, and the lower of the runs' matmul figures."""
+    first = results[0]
+    for other in results[1:]:
+        for key in _SAME_MACHINE:
+            if other["machine"].get(key) != first["machine"].get(key):
+                raise ValueError(
+                    f"the results differ in {key} ({first['machine'].get(key)} and "
+                    f"{other['machine'].get(key)}): one record is one device and versions"
+                )
+        for key in ("model", "steps", "peak"):
+            if other[key] != first[key]:
+                raise ValueError(f"the results differ in {key}: one record is one model")
+    rows = sorted((row for r in results for row in r["rows"]), key=lambda row: row["batch"])
+    settings = [(row["batch"], row["remat"]) for row in rows]
+    repeated = sorted({s for s in settings if settings.count(s) > 1})
+    if repeated:
+        raise ValueError(f"more than one result for batch, remat {repeated}")
+    return {
+        **first,
+        "machine": {**first["machine"], "date": max(r["machine"]["date"] for r in results)},
+        "measured_matmul_flops": min(r["measured_matmul_flops"] for r in results),
+        "rows": rows,
+        "command": " && ".join(r["command"] for r in results),
+    }
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[8, 16])
@@ -243,16 +276,26 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--record-json",
         metavar="FILE",
+        nargs="+",
         help="measure nothing: store what a run on an accelerator host wrote with --json "
-        "(copied back to this checkout) as --record would",
+        "(copied back to this checkout) as --record would; several files of one device and "
+        "versions (settings split over runs) make one record",
     )
     args = parser.parse_args(argv)
     if args.record_json:
-        with open(args.record_json) as f:
-            result = json.load(f)
-        if result.get("kind") != "accelerator" or result["machine"].get("dry_run"):
-            parser.error(f"{args.record_json} is not a tpu_bench result from an accelerator")
+        results = []
+        for path in args.record_json:
+            with open(path) as f:
+                result = json.load(f)
+            if result.get("kind") != "accelerator" or result["machine"].get("dry_run"):
+                parser.error(f"{path} is not a tpu_bench result from an accelerator")
+            results.append(result)
+        try:
+            result = joined(results)
+        except ValueError as err:
+            parser.error(str(err))
         record_accelerator(result)
+        print(summary(result))
         print(f"recorded {result['machine']['device']} in {BENCH_JSON.relative_to(ROOT)}")
         return 0
     device = jax.devices()[0]

@@ -67,15 +67,54 @@ def test_a_decode_record_is_stored_beside_the_others_one_per_device(tmp_path):
         },
     )
     path.write_text(json.dumps([cpu, accelerator]))
-    table.record_decode(_decode_record("tpu: TPU v5 lite", 0.4), path)
-    table.record_decode(_decode_record("tpu: TPU v5 lite", 0.6), path)  # replaces it
-    table.record_decode(_decode_record("gpu: H100", 0.7), path)
+    table.record_decode(_decode_record("tpu: TPU v5 lite", 0.4), path, pages=[])
+    table.record_decode(_decode_record("tpu: TPU v5 lite", 0.6), path, [])  # replaces it
+    table.record_decode(_decode_record("gpu: H100", 0.7), path, pages=[])
     records = table.load(path)
     assert records[:2] == [cpu, accelerator]
     assert [(r["device"], r["runs"][0]["roofline_fraction"]) for r in records[2:]] == [
         ("gpu: H100", 0.7),
         ("tpu: TPU v5 lite", 0.6),
     ]
+
+
+def test_a_decode_record_rewrites_its_table(tmp_path):
+    path, page = tmp_path / "bench.json", tmp_path / "benchmarks.md"
+    path.write_text("[]")
+    page.write_text(f"before\n{table.DECODE_START}\n{table.DECODE_END}\nafter\n")
+    run = {
+        "batch": 1,
+        "prompt_tokens": 128,
+        "new_tokens": 256,
+        "step_s": 0.0016,
+        "tokens_per_s": 625.0,
+        "step_bytes": 1.13e9,
+        "roofline_step_s": 0.00138,
+        "roofline_fraction": 0.8625,
+    }
+    record = {
+        **_decode_record("tpu: TPU v5 lite", 0.8625),
+        "runs": [run],
+        "model": {
+            "experiment": "tasks.X",
+            "layers": 6,
+            "model_dims": 2560,
+            "heads": 20,
+            "vocab": 32000,
+            "dtype": "bfloat16",
+        },
+        "bandwidth": {"bytes_per_s": 819e9, "source": "data sheet"},
+        "repeats": 3,
+        "date": "2026-12-06",
+        "jax": "0.10.2",
+    }
+    table.record_decode(record, path, pages=[page])
+    text = page.read_text()
+    assert (
+        "| tpu: TPU v5 lite | 1 | 128, 256 | 1.600 ms | 625 | 1130.0 MB | 1.380 ms | 0.86 |" in text
+    )
+    assert "`python -m benchmarks.decode --roofline --batch 1 --prompt 128 --new 256" in text
+    assert text.startswith("before\n") and text.endswith("after\n")
 
 
 def test_recording_a_cpu_run_is_refused(tmp_path, capsys):

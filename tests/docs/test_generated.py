@@ -17,9 +17,7 @@ ROOT = paths.ROOT
 
 
 def test_every_generated_block_is_current():
-    stale = blocks.refresh(
-        ROOT, check=True, extra=[bench_table.block(), bench_table.accelerator_block()]
-    )
+    stale = blocks.refresh(ROOT, check=True, extra=bench_table.blocks())
     assert not stale, (
         f"out of date: {[str(p.relative_to(ROOT)) for p in stale]}; run ./noxw -s readme"
     )
