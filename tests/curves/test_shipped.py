@@ -71,3 +71,23 @@ def test_calibration_run_is_judged_right(name, kind, i):
     else:
         assert kind == "broken" and entry["fault"]["name"]
         assert verdict.code == 1, verdict.report
+
+
+def test_the_tpu_band_was_trained_on_a_tpu_with_every_pin_of_its_lock():
+    """LmCloudSpmdTiny.tpu: ten seeds on a TPU chip, in an environment holding every pin of the
+    release's tpu lock (read from the lockfile itself) with the other packages it had named,
+    and the README's default seed held out and inside."""
+    from pax.lockfile import lock_versions
+    from pax.paths import ROOT
+
+    ref = load_reference("LmCloudSpmdTiny.tpu")
+    data = json.loads((REFERENCES_DIR / "LmCloudSpmdTiny.tpu.json").read_text())
+    assert ref.n >= 10 and ref.alpha <= 0.01
+    for run in data["runs"]:
+        assert run["devices"]["device_kind"].startswith("TPU")
+        pins = lock_versions((ROOT / run["lockfile"]).read_text(), run["lockfile"])
+        assert all(pins[name] == v for name, v in run["headline_packages"].items()), run["seed"]
+        assert run["env_state"] in ("exact", "superset")
+        assert (run["env_state"] == "superset") == bool(run.get("other_packages"))
+        assert not set(run.get("other_packages", {})) & set(pins)
+    assert 1234 in [e["seed"] for e in ref.calibration["held_out"]]
