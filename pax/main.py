@@ -17,7 +17,7 @@ from pax.decode import options as decode_options
 from pax.errors import PaxError, UsageError, report
 from pax.experiments import base, describe, overrides, registry
 from pax.parallel import accelerator, distributed
-from pax.train import loop, preemption
+from pax.train import compile_cache, loop, preemption
 from pax.train.instantiate import instantiate
 
 _PAX_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -121,6 +121,7 @@ def main(argv):
     base.resolve(experiment_cls)  # every value checked before any process joins or writes
     distributed.initialize(_SERVER_ADDR.value, _NUM_HOSTS.value, _HOST_IDX.value)
     accelerator.claim()  # a chip another process holds: one line naming it, before any output
+    cache = compile_cache.enable()
     # Decoding reads no training input (a C4 experiment decodes --prompt without its data).
     run = instantiate(experiment_cls(), with_data=not decoding)
     # Decoding's own checks (checkpoint vs experiment, tokenizer, prompts, sampling) come
@@ -138,6 +139,8 @@ def main(argv):
     (logging.info if env["state"] == "exact" else logging.warning)("%s", envinfo.summary(env))
     if as_trained:
         logging.info("%s", as_trained)
+    if cache:
+        logging.info("compiled programs kept in %s (%s=none: off)", cache, compile_cache.VARIABLE)
     if _MODE.value == "decode_once":
         decoder_lib.decode_once(decoder)
     elif _MODE.value == "decode":
