@@ -353,6 +353,19 @@ def _drop_abandoned_reads() -> None:
 
     hook.drops_abandoned_reads = True
     sys.unraisablehook = hook
+    # A read that failed after orbax stopped waiting for it leaves its future's error unread,
+    # which asyncio logs at ERROR when the future is collected: tensorstore's OCDBT read errors
+    # of the checkpoint already reported.
+    std_logging.getLogger("asyncio").addFilter(_not_an_abandoned_read)
+
+
+def _not_an_abandoned_read(record) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    return not (
+        record.getMessage().startswith("Future exception was never retrieved")
+        and isinstance(error, ValueError)
+        and "in OCDBT database" in str(error)
+    )
 
 
 def _worst_across_processes(verdict: int) -> int:

@@ -172,6 +172,26 @@ def test_one_damaged_checkpoint_is_one_warning_line_with_the_whole_reason(job, c
     assert [m["step"] for m in read_metrics(job)][6:] == [4, 5, 6, 7]
 
 
+def test_an_abandoned_reads_unretrieved_error_is_not_logged(caplog):
+    """asyncio logs a collected future's unread error at ERROR; the reads orbax abandoned on a
+    damaged checkpoint end that way, after its one line. Other futures' errors still show."""
+    import asyncio
+    import gc
+
+    from pax.checkpoint import manager
+
+    manager._drop_abandoned_reads()
+    damaged = ValueError('OUT_OF_RANGE: Error reading "params.w/0" in OCDBT database at local')
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        for error in (damaged, ValueError("something else")):
+            loop = asyncio.new_event_loop()
+            loop.create_future().set_exception(error)  # never retrieved
+            loop.close()
+            gc.collect()
+    [record] = [r for r in caplog.records if r.name == "asyncio"]
+    assert "something else" in str(record.exc_info[1])
+
+
 def test_every_checkpoint_damaged_stops_naming_them_until_asked_to_start_over(job, caplog):
     for step in (3, 6):
         truncate_files(job / "checkpoints" / f"checkpoint_{step:08d}")
