@@ -177,9 +177,9 @@ class Plan:
 ONE_CHIP = ("ICI_MESH_SHAPE=(1,1,1)",)
 C4_1B = "tasks.lm.params.c4.C4Spmd1BAdam4Replicas"
 C4_16B = "tasks.lm.params.c4.C4Spmd16BAdam32Replicas"
-# Pax's 1B config on one 16 GiB v5e chip: whole, it does not fit even at batch 4 (measured on a
-# chip: 22.9 GB of temporaries); 6 of its 13 layers train at batch 16 with full remat (measured
-# on a chip), and so does saving the matmuls (dots_with_no_batch_dims_saveable, measured too).
+# Pax's 1B config on one 16 GiB v5e chip: whole, it does not fit even at batch 4 (the chip
+# refused it too); 6 of its 13 layers train at batch 16 with full remat (measured on a chip), and
+# so does saving the matmuls (dots_with_no_batch_dims_saveable, measured too).
 ONE_CHIP_PLANS = (
     Plan(C4_1B, "v5e", ONE_CHIP + ("PERCORE_BATCH_SIZE=4",), "13 layers × 2560 on one chip"),
     Plan(C4_1B, "v5e", ONE_CHIP + ("NUM_LAYERS=6", "PERCORE_BATCH_SIZE=16")),

@@ -90,7 +90,9 @@ def test_the_tpu_compiler_plans_the_tiny_experiment_for_one_v5e_chip(tmp_path):
 
 @needs_libtpu
 def test_the_tpu_compiler_refuses_the_1b_config_on_one_v5e_chip_with_its_figure(tmp_path):
-    """Measured on a v5e chip: 22.9 GB of temporaries at batch 4. The compiler says so here."""
+    """The TPU compiler refuses it with its own figure: above the 15.75 GiB a v5e chip has,
+    and no more than the 22.9 GB of temporaries a chip reported for it (an earlier trainer,
+    whose optimizer update went through a branch and held more buffers)."""
     sets = ["--set", "ICI_MESH_SHAPE=(1,1,1)", "--set", "PERCORE_BATCH_SIZE=4"]
     rows, result = _aot(
         tmp_path / "aot.json",
@@ -104,7 +106,7 @@ def test_the_tpu_compiler_refuses_the_1b_config_on_one_v5e_chip_with_its_figure(
     row = _one(rows)
     assert not row["fits"] and "RESOURCE_EXHAUSTED" in row["compile_error"]
     assert row["sets"] == ["ICI_MESH_SHAPE=(1,1,1)", "PERCORE_BATCH_SIZE=4"]
-    assert row["per_device_bytes"] == pytest.approx(22.87 * 2**30, rel=0.1)
+    assert row["hbm_available_bytes"] < row["per_device_bytes"] <= 22.87 * 2**30
     assert 15 * 2**30 < row["hbm_available_bytes"] <= 16 * 2**30
     assert "did not compile or does not fit" in result.stderr
 
