@@ -29,6 +29,7 @@ from pax.checkpoint.manager import Checkpointer
 from pax.data.corpus import embedded_text
 from pax.data.sources import WindowDataset
 from pax.data.tokenizers import ByteTokenizer
+from pax.errors import ExitingArgumentParser
 from pax.tasks.lm.params.lm_cloud import LmCloudSpmdTiny
 from pax.train import loop, mfu
 from pax.train import state as state_lib
@@ -355,7 +356,9 @@ def experiment(config: str, dtype: str):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ExitingArgumentParser(
+        prog="python -m benchmarks.bench", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--steps", type=int, default=5, help="steps per timed interval")
     parser.add_argument("--repeats", type=int, default=5, help="rounds (timed intervals each)")
     parser.add_argument(

@@ -24,6 +24,7 @@ import jax
 from benchmarks import figures
 from pax.data import c4, tokenizers
 from pax.data.tokenizers import train_spm
+from pax.errors import ExitingArgumentParser
 from pax.experiments.config import DatasetConfig
 from pax.tasks.lm.params.c4 import C4Spmd1BAdam4Replicas, C4SpmdTinyAdam1Replica
 from pax.train import loop, mfu
@@ -154,7 +155,7 @@ def report(r: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ExitingArgumentParser(
         prog="./noxw -s bench_c4 --",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -13,7 +13,6 @@ it checks the script end to end, and its figures say nothing about a GPU. Withou
 and without a GPU it stops with exit 2.
 """
 
-import argparse
 import json
 import sys
 import time
@@ -24,6 +23,7 @@ import numpy as np
 from benchmarks import baseline
 from benchmarks.bench import baseline_shape
 from benchmarks.tpu_bench import synthetic_batches
+from pax.errors import ExitingArgumentParser
 from pax.train import fp8_check, mfu
 
 GPU_EXPERIMENT = "tasks.lm.params.c4.C4Spmd1BAdam4Replicas"
@@ -52,7 +52,9 @@ def measure_baseline(cfg, batch: int, steps: int, peak_flops: float) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ExitingArgumentParser(
+        prog="python -m benchmarks.gpu_bench", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny size: checks the script")
     parser.add_argument("--steps", type=int, help="timed steps per variant (default 10; dry: 2)")
     parser.add_argument("--batch", type=int, help="per-device batch (default 32; dry: 2)")

@@ -20,7 +20,6 @@ of the trainer and of the baseline and prints where each spends its time (benchm
 kernel interpreted), and its figures say nothing about an accelerator.
 """
 
-import argparse
 import gc
 import importlib.metadata
 import json
@@ -33,6 +32,7 @@ import numpy as np
 from benchmarks import baseline, figures, profile
 from benchmarks.bench import baseline_shape
 from benchmarks.table import BENCH_JSON, ROOT, record_accelerator
+from pax.errors import ExitingArgumentParser
 from pax.models.transformer import TransformerLm
 from pax.train import compiled_step, mfu
 from pax.train import state as state_lib
@@ -257,7 +257,9 @@ def joined(results: list) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ExitingArgumentParser(
+        prog="python -m benchmarks.tpu_bench", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--batch", type=int, nargs="+", default=[8, 16])
     parser.add_argument("--remat", nargs="+", default=["full", "dots_with_no_batch_dims_saveable"])
     parser.add_argument(

@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from pax.errors import UsageError, report
+from pax.errors import ExitingArgumentParser, UsageError, report
 from pax.experiments import overrides, registry
 from pax.launch import xla_flags
 from pax.parallel import gpu_targets
@@ -505,7 +505,7 @@ def _report(r: dict) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ExitingArgumentParser(prog="python -m pax.aot", description=__doc__.splitlines()[0])
     parser.add_argument("experiments", nargs="*", help="default: every Pax reference experiment")
     parser.add_argument(
         "--tpu",

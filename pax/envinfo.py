@@ -19,7 +19,6 @@ lock, 1 when it is not, 2 on bad usage.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import hashlib
@@ -30,7 +29,7 @@ import sys
 from pathlib import Path
 
 from pax import paths
-from pax.errors import PaxError
+from pax.errors import ExitingArgumentParser, PaxError
 from pax.lockfile import (
     Lock,
     LockfileError,
@@ -422,7 +421,7 @@ def where_envs_are(locks=None, root: Path | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m pax env [--json]`: exit 0 when the environment is exactly a release lock."""
-    parser = argparse.ArgumentParser(
+    parser = ExitingArgumentParser(
         prog="python -m pax env",
         description="Which environment is this: its release identity and any drift from its "
         "lock. Exit 0 when it is exactly a release lock, 1 when it is not.",

@@ -58,3 +58,11 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UsageError(f"{message} (see --help)")
+
+
+class ExitingArgumentParser(ArgumentParser):
+    """For a command run on its own (`python -m ...`): a usage error is printed as one line,
+    `PROG: error: MESSAGE (see --help)`, and exits 2, instead of argparse's usage block."""
+
+    def error(self, message):
+        sys.exit(report(self.prog, UsageError(f"{message} (see --help)")))

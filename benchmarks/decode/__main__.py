@@ -1,16 +1,16 @@
 """`python -m benchmarks.decode`: decoding with the KV cache against recomputing the prefix."""
 
-import argparse
 import json
 
 import benchmarks.decode
 from benchmarks import figures, table
 from benchmarks.decode import roofline
 from benchmarks.decode.measure import measure, report
+from pax.errors import ExitingArgumentParser
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ExitingArgumentParser(
         prog="python -m benchmarks.decode", description=benchmarks.decode.__doc__.splitlines()[0]
     )
     parser.add_argument("--repeats", type=int, default=3)

@@ -48,7 +48,7 @@ from pax.bisect.rule import FLAKY, Rule
 from pax.bisect.steps import InputError, Trials
 from pax.environments import index
 from pax.environments.wheelcache import EnvBuilder, WheelCache
-from pax.errors import UsageError, report
+from pax.errors import ArgumentParser, UsageError, report
 from pax.lockfile import Lock
 from pax.pip import user_cache_dir
 from pax.releases import catalog as dist_release
@@ -56,11 +56,6 @@ from pax.releases import diff as dist_diff
 
 PROGRAM = "pax bisect"  # its errors: `pax bisect: error: MESSAGE`, one line
 _VENV_PYTHONS = ("python", "python3", f"python3.{sys.version_info.minor}")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line on stderr, not argparse's usage block
-        raise UsageError(f"{message} (see --help)")
 
 
 def _default_platform() -> str:
@@ -104,7 +99,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _rule(args: argparse.Namespace, parser: _Parser) -> Rule:
+def _rule(args: argparse.Namespace, parser: ArgumentParser) -> Rule:
     """The verdict rule --flaky, --retries and --passes ask for; a usage error when they clash."""
     if args.flaky and (args.retries is not None or args.passes is not None):
         parser.error("--flaky is --retries 4 --passes 1: give either the preset or the numbers")
@@ -116,8 +111,8 @@ def _rule(args: argparse.Namespace, parser: _Parser) -> Rule:
     return FLAKY if args.flaky else Rule(runs, args.passes or 1)
 
 
-def _parser() -> _Parser:
-    parser = _Parser(
+def _parser() -> ArgumentParser:
+    parser = ArgumentParser(
         prog="python -m pax.bisect",
         usage="%(prog)s --good A --bad B [--platform cpu] [options] -- COMMAND...",
         description="Find the package change between two lockfiles that breaks COMMAND.",

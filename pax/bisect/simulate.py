@@ -21,7 +21,6 @@ with J verdicts in a bisect its probability is at most C(J, 2) * e**2.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import random
@@ -29,7 +28,7 @@ import sys
 
 from pax.bisect.rule import BAD, FLAKY, GOOD, Rule, percent
 from pax.bisect.search import Bisection, Verdicts
-from pax.errors import UsageError, report
+from pax.errors import ExitingArgumentParser, UsageError, report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +125,7 @@ def summary(scenario: Scenario, rule: Rule, tally: Tally) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ExitingArgumentParser(
         prog="python -m pax.bisect.simulate",
         description="Measure a verdict rule on simulated bisects with a flaky COMMAND.",
     )

@@ -26,12 +26,7 @@ from pax.curves.compare import (
 )
 from pax.curves.job_dir import CannotJudge, CurvesError, read_run
 from pax.curves.reference import load_reference, reference_for, reference_names
-from pax.errors import USAGE, UsageError, report
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2
-        sys.exit(report(self.prog, UsageError(f"{message} (see --help)")))
+from pax.errors import USAGE, ExitingArgumentParser, report
 
 
 def _alpha(text: str) -> float:
@@ -45,8 +40,10 @@ def _alpha(text: str) -> float:
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, description="Loss curves of Pax runs, and reference bands.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = ExitingArgumentParser(
+        prog=prog, description="Loss curves of Pax runs, and reference bands."
+    )
+    sub = p.add_subparsers(dest="command", required=True, parser_class=ExitingArgumentParser)
     ref_help = (
         "shipped reference name (%s), a reference .json, or 'none'; default: the one "
         "for the run's experiment" % (", ".join(reference_names()) or "none shipped")

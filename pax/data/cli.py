@@ -11,7 +11,7 @@ import sys
 import numpy as np
 
 from pax.data.tokenizers import train_spm
-from pax.errors import UsageError, report
+from pax.errors import ExitingArgumentParser, UsageError, report
 
 
 def inspect(
@@ -70,7 +70,7 @@ def inspect(
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ExitingArgumentParser(
         prog="python -m pax.data",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

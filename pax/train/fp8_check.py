@@ -23,7 +23,7 @@ import argparse
 import re
 import sys
 
-from pax.errors import UsageError, report
+from pax.errors import ExitingArgumentParser, UsageError, report
 from pax.parallel import gpu_targets
 
 GPU_EXPERIMENT = "C4Spmd1BAdam4Replicas"
@@ -123,7 +123,7 @@ def _verdict(problems: list[str]) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ExitingArgumentParser(
         prog="python -m pax.train.fp8_check", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
