@@ -102,9 +102,9 @@ def verify(target: Target, wheels: Optional[Path] = None, log=sys.stderr) -> dic
     engine under its tag, as `build` puts it, and its provenance is checked against the release
     record."""
     require_engine()
-    ids, seconds = [], []
+    ids, seconds, tagged = [], [], reproduce.tags()
     try:
-        for store_tag in reproduce.TAGS:
+        for store_tag in tagged:
             t0 = time.monotonic()
             with staged(target, target.tag, wheels, log=log) as ctx:
                 try:
@@ -118,10 +118,10 @@ def verify(target: Target, wheels: Optional[Path] = None, log=sys.stderr) -> dic
             print(
                 f"pax images: verify build {len(ids)}: {image_id} in {seconds[-1]:.0f}s", file=log
             )
-        reproduce.compare_builds(ids)
-        buildah.to_docker(reproduce.TAGS[0], target.tag)
+        reproduce.compare_builds(ids, tagged)
+        buildah.to_docker(tagged[0], target.tag)
     finally:
-        buildah.remove(*reproduce.TAGS)
+        buildah.remove(*tagged)
     origin = provenance.check_image(
         target.tag, target.release, target.platform, target.source.revision
     )

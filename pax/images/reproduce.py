@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+import uuid
 from pathlib import Path
 
 from pax.errors import last_line
@@ -17,7 +18,13 @@ from pax.images.engine import ImageError
 
 DIFFOSCOPE_TIMEOUT_S = 900
 MAX_FILES = 20  # per layer, in the report
-TAGS = ("localhost/pax-verify:a", "localhost/pax-verify:b")  # the two builds, in buildah's store
+
+
+def tags() -> tuple[str, str]:
+    """Names for one verify's two builds in buildah's store, its own: two verifies at once on
+    one machine (two releases, two CI jobs) keep to their own images."""
+    run = uuid.uuid4().hex[:12]
+    return (f"localhost/pax-verify-{run}:a", f"localhost/pax-verify-{run}:b")
 
 
 def _blob(layout: Path, digest: str) -> Path:
@@ -87,12 +94,12 @@ def compare(a: Path, b: Path) -> list[str]:
     return lines
 
 
-def compare_builds(ids: list[str]) -> None:
-    """Nothing when the two builds tagged TAGS gave one image ID; else ImageError naming the
-    config fields, layers and files that differ."""
+def compare_builds(ids: list[str], tagged: tuple[str, str]) -> None:
+    """Nothing when the two builds (in buildah's store as `tagged`) gave one image ID; else
+    ImageError naming the config fields, layers and files that differ."""
     if ids[0] == ids[1]:
         return
     with tempfile.TemporaryDirectory(prefix="pax-verify-") as tmp:
-        a, b = (buildah.save(tag, Path(tmp) / name) for tag, name in zip(TAGS, "ab"))
+        a, b = (buildah.save(tag, Path(tmp) / name) for tag, name in zip(tagged, "ab"))
         differences = compare(a, b)
     raise ImageError(f"two builds gave {ids[0]} and {ids[1]}: " + "; ".join(differences or ["?"]))

@@ -173,3 +173,14 @@ def test_smoke_and_publish_take_dev_or_image_not_both(release_dir):
     with pytest.raises(engine.ImageError, match="--dev and --image name the image twice") as e:
         cli.run(["smoke", "9.0.0", "tpu", "--dev", "--image", "pax:x"])
     assert e.value.usage
+
+
+def test_each_verify_builds_under_its_own_tags():
+    """Two verifies at once on one machine keep to their own images in buildah's store."""
+    from pax.images import reproduce
+
+    first, second = reproduce.tags(), reproduce.tags()
+    assert not set(first) & set(second)
+    for a, b in (first, second):
+        assert a.startswith("localhost/pax-verify-") and a.endswith(":a")
+        assert b == a[:-1] + "b"

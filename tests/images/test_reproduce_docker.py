@@ -25,20 +25,21 @@ RUN python3 -m venv --without-pip /opt/venv \\
 
 
 def _build_twice(tmp_path, last_step) -> list[str]:
-    """The recipe built twice under reproduce.TAGS, compared (ImageError when they differ), and
-    removed from the store."""
+    """The recipe built twice under one verify's tags, compared (ImageError when they differ),
+    and removed from the store."""
     (tmp_path / "payload.py").write_text("ANSWER = 42\n")
     (tmp_path / "Containerfile").write_text(RECIPE % last_step)
     base = buildah.base_id("pax-base:bookworm")
     args = {"BASE": base, "SOURCE_DATE_EPOCH": "1700000000"}
+    tagged = reproduce.tags()
     try:
         ids = [
             buildah.build(tmp_path, tmp_path / "Containerfile", tag, args, 1700000000)[0]
-            for tag in reproduce.TAGS
+            for tag in tagged
         ]
-        reproduce.compare_builds(ids)
+        reproduce.compare_builds(ids, tagged)
     finally:
-        buildah.remove(*reproduce.TAGS)
+        buildah.remove(*tagged)
     return ids
 
 
