@@ -2,8 +2,8 @@
 
 optax.apply_if_finite makes the same choice with lax.cond over the whole inner update. XLA
 cannot fuse across a conditional: the update and the optimizer state are written out whole
-inside the branch and read back by apply_updates after it, about 20 ms a step for 0.55B
-parameters on a v5e chip (benchmarks/tpu_bench.py --profile). Here the choice is a select per
+inside the branch and read back by apply_updates after it, extra passes over every parameter
+that `python -m benchmarks.tpu_bench --profile` shows on a TPU. Here the choice is a select per
 element, which fuses into the passes that compute the update. The state is optax's own
 ApplyIfFiniteState, so checkpoints and the counters the loop reads stay as they were.
 """
