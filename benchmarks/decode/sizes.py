@@ -63,8 +63,8 @@ def read_dtype(cfg) -> np.dtype:
     """The dtype a step reads the weights in: the narrower of the parameters' and the
     activations'. Each weight is cast to the activations' dtype where it is used, and XLA
     hoists that cast of a loop-invariant weight out of the decode loop, so a bf16 step reads
-    the bf16 copy (on a v5e chip a step of the 0.55B bench model takes less time than reading
-    its float32 parameters could)."""
+    the bf16 copy (docs/benchmarks.md's decode table: on a v5e chip a step of the 0.55B bench
+    model takes less time than reading its float32 parameters could)."""
     return min(np.dtype(cfg.param_dtype), np.dtype(cfg.fprop_dtype), key=lambda t: t.itemsize)
 
 
