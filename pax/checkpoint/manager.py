@@ -360,12 +360,16 @@ def _drop_abandoned_reads() -> None:
 
 
 def _not_an_abandoned_read(record) -> bool:
-    error = record.exc_info[1] if record.exc_info else None
-    return not (
-        record.getMessage().startswith("Future exception was never retrieved")
-        and isinstance(error, ValueError)
-        and "in OCDBT database" in str(error)
-    )
+    # asyncio names the future's class ("Future", "_GatheringFuture"), and orbax wraps
+    # tensorstore's error in its own, so the OCDBT read error may be the cause of the one logged.
+    if "exception was never retrieved" not in record.getMessage() or not record.exc_info:
+        return True
+    error = record.exc_info[1]
+    while error is not None:
+        if isinstance(error, ValueError) and "in OCDBT database" in str(error):
+            return False
+        error = error.__cause__
+    return True
 
 
 def _worst_across_processes(verdict: int) -> int:
