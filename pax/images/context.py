@@ -11,6 +11,7 @@ import datetime
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -143,6 +144,7 @@ def write_sbom(
             f"--platform={target.platform}",
             f"--epoch={target.source.epoch}",
             f"--out={out}",
+            *(f"--left-out={name}" for name in left_out(target.platform)),
             *([] if verify_hashes else ["--no-verify-hashes"]),
         ],
         capture_output=True,
@@ -205,6 +207,18 @@ def dockerfiles(platform: str) -> list[str]:
     """The Dockerfiles a platform's image is built from, in order: Dockerfile.tpu is the whole
     recipe (PLATFORM a build argument), another platform's file adds its last lines to it."""
     return ["Dockerfile.tpu"] + ([] if platform == "tpu" else [f"Dockerfile.{platform}"])
+
+
+def left_out(platform: str) -> list[str]:
+    """The lock's packages the recipe removes from the image (`verify_image_env.py --leave-out
+    NAME...` in its Dockerfiles), so the SBOM lists what the image holds. The recipe is their one
+    home: it is where they are removed, with the reason."""
+    recipe = "\n".join((ROOT / name).read_text() for name in dockerfiles(platform))
+    return sorted(
+        name
+        for names in re.findall(r"verify_image_env\.py --leave-out ([^\n&;|]+)", recipe)
+        for name in names.split()
+    )
 
 
 def recipe_files(platform: str) -> dict[str, Path]:

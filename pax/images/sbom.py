@@ -1,9 +1,9 @@
 """The image's bill of materials: CycloneDX 1.6 JSON, generated from the release lock.
 
-One component per lock pin (name, version, purl, the SHA-256 of the very wheel the image
-installs, which the lock lists, and the licenses the wheel's metadata declares), one for the pax
-wheel, and the dependency graph from the wheels' Requires-Dist; the image itself is the BOM's
-subject. Generated on the host at build time with cyclonedx-python-lib (the tools venv has it;
+One component per lock pin the image holds (name, version, purl, the SHA-256 of the very wheel
+the image installs, which the lock lists, and the licenses the wheel's metadata declares), one for
+the pax wheel, and the dependency graph from the wheels' Requires-Dist; the image itself is the
+BOM's subject, whose `pax:left_out` property names the pins its recipe removes. Generated on the host at build time with cyclonedx-python-lib (the tools venv has it;
 `python -m pax.images.sbom`), copied into the image at SBOM_IN_IMAGE, and its sha256 set as the
 image label SBOM_LABEL. The same inputs give the same bytes (serial number and timestamp come
 from the lock, the pax wheel and SOURCE_DATE_EPOCH), so an unchanged rebuild keeps its label.
@@ -71,18 +71,19 @@ def generate(
     platform: str,
     epoch: int,
     verify_hashes: bool = True,
+    left_out: tuple[str, ...] = (),
 ) -> str:
     """The SBOM as JSON text. The wheelhouse must hold exactly the lock's wheels (the build
     checks it first); a wheel whose sha256 the lock does not list is refused here too, unless
     verify_hashes is off (the build then relies on pip's --require-hashes alone, and the SBOM
-    records each wheel's own digest)."""
+    records each wheel's own digest). `left_out`: lock pins the recipe removes from the image."""
     from cyclonedx.contrib.this.builders import this_component
     from cyclonedx.model.bom import Bom, BomMetaData
     from cyclonedx.output.json import JsonV1Dot6
 
     lock_sha = lockfile.sha256_file(lock)
-    parts, metas = _components(lock, wheelhouse, pax_wheel, verify_hashes)
-    subject = _subject(release, platform, lock_sha)
+    parts, metas = _components(lock, wheelhouse, pax_wheel, verify_hashes, left_out)
+    subject = _subject(release, platform, lock_sha, left_out)
     pax_sha = lockfile.sha256_file(pax_wheel)
     bom = Bom(
         serial_number=uuid.uuid5(
@@ -101,9 +102,9 @@ def generate(
     return JsonV1Dot6(bom).output_as_string(indent=1) + "\n"
 
 
-def _components(lock: Path, wheelhouse: Path, pax_wheel: Path, verify_hashes: bool):
-    """({name: component}, {name: wheel metadata}): one per lock pin, from the wheel the image
-    installs, then pax's."""
+def _components(lock: Path, wheelhouse: Path, pax_wheel: Path, verify_hashes: bool, left_out):
+    """({name: component}, {name: wheel metadata}): one per lock pin the image keeps, from the
+    wheel it installs, then pax's."""
     from cyclonedx.contrib.license.factories import LicenseFactory
     from cyclonedx.model import HashAlgorithm, HashType, Property
     from cyclonedx.model.component import Component, ComponentType
@@ -127,8 +128,16 @@ def _components(lock: Path, wheelhouse: Path, pax_wheel: Path, verify_hashes: bo
         )
 
     wheels = _wheels_by_name(wheelhouse)
+    pins = lockfile.parse_lockfile(lock)
+    unknown = sorted(set(left_out) - set(pins))
+    if unknown:
+        raise ImageError(
+            f"SBOM: the recipe leaves out {', '.join(unknown)}, which {lock} does not pin"
+        )
     metas, parts = {}, {}
-    for name, pin in sorted(lockfile.parse_lockfile(lock).items()):
+    for name, pin in sorted(pins.items()):
+        if name in left_out:
+            continue
         wheel = wheels.get(name)
         if wheel is None:
             raise ImageError(f"SBOM: no wheel for {name}=={pin.version} in {wheelhouse}")
@@ -144,7 +153,7 @@ def _components(lock: Path, wheelhouse: Path, pax_wheel: Path, verify_hashes: bo
     return parts, metas
 
 
-def _subject(release: str, platform: str, lock_sha: str):
+def _subject(release: str, platform: str, lock_sha: str, left_out=()):
     """The image itself: the BOM's subject."""
     from cyclonedx.model import Property
     from cyclonedx.model.component import Component, ComponentType
@@ -158,6 +167,11 @@ def _subject(release: str, platform: str, lock_sha: str):
             Property(name="pax:release", value=release),
             Property(name="pax:platform", value=platform),
             Property(name="pax:lock.sha256", value=lock_sha),
+            *(
+                [Property(name="pax:left_out", value=" ".join(sorted(left_out)))]
+                if left_out
+                else []
+            ),
         ],
     )
 
@@ -182,7 +196,8 @@ def _register_requirements(bom, parts: dict, metas: dict) -> None:
 
 def check(text: str, lock: Path, release: str, platform: str) -> dict:
     """Stdlib check of an SBOM read back from an image: CycloneDX 1.6, about this image, one
-    component per lock pin at the locked version with a hash the lock lists, plus pax."""
+    component per lock pin at the locked version with a hash the lock lists, but for the pins its
+    subject names as left out, plus pax."""
     try:
         bom = json.loads(text)
     except json.JSONDecodeError as e:
@@ -199,6 +214,8 @@ def check(text: str, lock: Path, release: str, platform: str) -> dict:
             f"{release}-{platform}"
         )
     pins = lockfile.parse_lockfile(lock)
+    props = {p.get("name"): p.get("value", "") for p in subject.get("properties", [])}
+    left_out = set(props.get("pax:left_out", "").split())
     found, pax = {}, None
     for part in bom.get("components", []):
         hashes = {h.get("content") for h in part.get("hashes", []) if h.get("alg") == "SHA-256"}
@@ -208,14 +225,26 @@ def check(text: str, lock: Path, release: str, platform: str) -> dict:
         pin = pins.get(part.get("name"))
         if pin is None or part.get("version") != pin.version:
             raise ImageError(f"SBOM: {part.get('name')}=={part.get('version')} is not in {lock}")
+        if pin.name in left_out:
+            raise ImageError(f"SBOM: lists {pin.name}, which it also names as left out")
         if not hashes & {h.split(":", 1)[1] for h in pin.hashes if h.startswith("sha256:")}:
             raise ImageError(f"SBOM: {pin.name}'s hash is not one {lock} lists")
         found[pin.name] = pin.version
-    missing = sorted(set(pins) - set(found))
+    if left_out - set(pins):
+        raise ImageError(
+            f"SBOM: names {', '.join(sorted(left_out - set(pins)))} as left out, "
+            f"which {lock} does not pin"
+        )
+    missing = sorted(set(pins) - set(found) - left_out)
     if missing or pax is None:
         raise ImageError(f"SBOM: no component for {', '.join(missing or ['pax'])}")
     licensed = sum(1 for part in bom["components"] if part.get("licenses"))
-    return {"components": len(found) + 1, "with_license": licensed, "pax": pax}
+    return {
+        "components": len(found) + 1,
+        "with_license": licensed,
+        "pax": pax,
+        **({"left_out": sorted(left_out)} if left_out else {}),
+    }
 
 
 def check_image(image: str, lock: Path, release: str, platform: str) -> dict:
@@ -238,6 +267,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epoch", type=int, required=True, help="SOURCE_DATE_EPOCH: the timestamp")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument(
+        "--left-out",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a lock pin the image's recipe removes (repeat for more)",
+    )
+    p.add_argument(
         "--no-verify-hashes",
         action="store_true",
         help="record each wheel's own digest without checking it against the lock",
@@ -252,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
             a.platform,
             a.epoch,
             verify_hashes=not a.no_verify_hashes,
+            left_out=tuple(a.left_out),
         )
     except ImageError as e:
         return report("pax images", e)

@@ -5,6 +5,7 @@ the ways real wheels do. Validity is judged by cyclonedx-python-lib's strict JSO
 against the CycloneDX 1.6 schema it ships (tests/images/cyclonedx_schema.py).
 """
 
+import dataclasses
 import hashlib
 import json
 import zipfile
@@ -129,6 +130,43 @@ def test_check_refuses_an_sbom_that_is_not_the_lock(inputs, tmp_path, edit, mess
     edit(bom)
     with pytest.raises(ImageError, match=message):
         sbom.check(json.dumps(bom), inputs[0], "9.9.9", "tpu")
+
+
+def test_a_pin_the_gpu_recipe_leaves_out_is_named_not_listed(inputs, tmp_path):
+    """The GPU recipe removes cuSOLVER (Dockerfile.gpu): its SBOM names it on the image, not as
+    a component, and the dependency graph keeps only what is there."""
+    _, house, pax = inputs
+    wheels.build_wheel(house, "nvidia-cusolver-cu12", "11.7.1")
+    pins = {**PINS, "nvidia-cusolver-cu12": "11.7.1"}
+    lock = wheels.write_lock(tmp_path / "gpu.txt", pins, house)
+    gpu = dataclasses.replace(_target(lock), platform="gpu")
+    out = tmp_path / "sbom.json"
+    context.write_sbom(gpu, house, pax, out)
+    assert cyclonedx_schema.errors(out) == []
+    bom = json.loads(out.read_text())
+    assert {c["name"] for c in bom["components"]} == {*PINS, "pax"}
+    subject = bom["metadata"]["component"]
+    assert {"name": "pax:left_out", "value": "nvidia-cusolver-cu12"} in subject["properties"]
+    checked = sbom.check(out.read_text(), lock, "9.9.9", "gpu")
+    assert (checked["components"], checked["left_out"]) == (5, ["nvidia-cusolver-cu12"])
+    # Listed although named as left out, or named left out of a pin the lock lacks: refused.
+    listed = json.loads(out.read_text())
+    digest = wheels.sha256(house / "nvidia_cusolver_cu12-11.7.1-py3-none-any.whl")
+    cusolver = {"name": "nvidia-cusolver-cu12", "version": "11.7.1"}
+    listed["components"].append({**cusolver, "hashes": [{"alg": "SHA-256", "content": digest}]})
+    with pytest.raises(ImageError, match="lists nvidia-cusolver-cu12, which it also names as"):
+        sbom.check(json.dumps(listed), lock, "9.9.9", "gpu")
+    with pytest.raises(ImageError, match="names nvidia-cusolver-cu12 as left out, which .* does"):
+        sbom.check(out.read_text(), inputs[0], "9.9.9", "gpu")
+    with pytest.raises(ImageError, match="leaves out nvidia-cusolver-cu12, which .* does not pin"):
+        context.write_sbom(dataclasses.replace(_target(inputs[0]), platform="gpu"), house, pax, out)
+
+
+def test_the_recipes_left_out_pins_are_those_its_dockerfiles_remove():
+    """Read from the recipe itself: the GPU image removes cuSOLVER, the TPU image nothing."""
+    assert context.left_out("tpu") == []
+    assert context.left_out("gpu") == ["nvidia-cusolver-cu12"]
+    assert "nvidia-cusolver-cu12" in catalog.newest().lock("gpu").versions
 
 
 def test_the_image_identity_names_the_lock_inside_the_image(inputs):
