@@ -83,13 +83,20 @@ def pip_check(python: Path) -> subprocess.CompletedProcess:
     return Installer(uv=None).run(python, "check", capture_output=True, text=True)
 
 
+# uv leaves bytecode to the first import, which writes none where PYTHONDONTWRITEBYTECODE is set:
+# then every process compiles jax again (4 s of a 6 s `import jax`), and the tests start
+# hundreds. pip compiles at install by default.
+COMPILE_BYTECODE = ("--compile-bytecode",)
+
+
 def install_lock(python: Path, lock: Path) -> str:
     """Install exactly a hashed lock into python's environment; returns the installer used.
     uv's `pip sync` also removes anything else; pip installs into the new, empty venvs this is
     given. subprocess.CalledProcessError when it fails (a wrong hash: nothing installed)."""
     installer = Installer.choose()
     if installer.uv:
-        installer.run(python, "sync", "--require-hashes", "--quiet", str(lock), check=True)
+        args = ("--require-hashes", "--quiet", *COMPILE_BYTECODE, str(lock))
+        installer.run(python, "sync", *args, check=True)
     else:
         args = ("--require-hashes", "--no-deps", "--quiet", "-r", str(lock))
         installer.run(python, "install", *args, check=True)
@@ -101,6 +108,7 @@ def install_into_folder(python: Path, requirements: Path, target: Path) -> str:
     imports them with the folder on its path); returns the installer used."""
     installer = Installer.choose()
     args = ("--quiet", "--target", str(target), "--no-deps", "--require-hashes")
+    args += COMPILE_BYTECODE if installer.uv else ()
     installer.run(python, "install", *args, "-r", str(requirements), check=True)
     return installer.name
 

@@ -55,6 +55,9 @@ def test_install_lock_installs_exactly_a_hashed_lock_and_refuses_a_wrong_hash(
 ):
     root, wheel = _simple_index(tmp_path)
     monkeypatch.setenv("PIP_INDEX_URL", root.as_uri())
+    # Bytecode is written at install, so no process compiles the env's modules again, even where
+    # Python writes none on import.
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     if installer == "pip":
         monkeypatch.setattr(install, "uv_binary", lambda: None)
     target = tmp_path / "env"
@@ -62,6 +65,7 @@ def test_install_lock_installs_exactly_a_hashed_lock_and_refuses_a_wrong_hash(
     lock = write_lock(tmp_path / "good.txt", {"w00": "1.0"}, root / "w00")
     assert install.install_lock(python, lock) == installer
     assert lockfile.installed_in(python) == {"w00": "1.0"}
+    assert [p.name for p in target.glob("lib/python3*/site-packages/w00/__pycache__/*.pyc")]
 
     make_venv(target)
     tampered = tmp_path / "tampered.txt"
