@@ -3,9 +3,10 @@
 One component per lock pin the image holds (name, version, purl, the SHA-256 of the very wheel
 the image installs, which the lock lists, and the licenses the wheel's metadata declares), one for
 the pax wheel, and the dependency graph from the wheels' Requires-Dist; the image itself is the
-BOM's subject, whose `pax:left_out` property names the pins its recipe removes. Generated on the host at build time with cyclonedx-python-lib (the tools venv has it;
-`python -m pax.images.sbom`), copied into the image at SBOM_IN_IMAGE, and its sha256 set as the
-image label SBOM_LABEL. The same inputs give the same bytes (serial number and timestamp come
+BOM's subject, whose `pax:left_out` property names the pins its recipe removes. Generated on the
+host at build time with cyclonedx-python-lib (the tools venv has it; `python -m
+pax.images.sbom`), copied into the image at SBOM_IN_IMAGE, and its sha256 set as the image label
+SBOM_LABEL. The same inputs give the same bytes (serial number and timestamp come
 from the lock, the pax wheel and SOURCE_DATE_EPOCH), so an unchanged rebuild keeps its label.
 
 `check` (stdlib only) is what publish runs on the SBOM read back from a pulled image.
