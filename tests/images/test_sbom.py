@@ -137,18 +137,21 @@ def test_a_pin_the_gpu_recipe_leaves_out_is_named_not_listed(inputs, tmp_path):
     a component, and the dependency graph keeps only what is there."""
     _, house, pax = inputs
     wheels.build_wheel(house, "nvidia-cusolver-cu12", "11.7.1")
-    pins = {**PINS, "nvidia-cusolver-cu12": "11.7.1"}
+    wheels.build_wheel(house, "plugin", "0.5", requires=("nvidia-cusolver-cu12", "gamma"))
+    pins = {**PINS, "nvidia-cusolver-cu12": "11.7.1", "plugin": "0.5"}
     lock = wheels.write_lock(tmp_path / "gpu.txt", pins, house)
     gpu = dataclasses.replace(_target(lock), platform="gpu")
     out = tmp_path / "sbom.json"
     context.write_sbom(gpu, house, pax, out)
     assert cyclonedx_schema.errors(out) == []
     bom = json.loads(out.read_text())
-    assert {c["name"] for c in bom["components"]} == {*PINS, "pax"}
+    assert {c["name"] for c in bom["components"]} == {*PINS, "plugin", "pax"}
     subject = bom["metadata"]["component"]
     assert {"name": "pax:left_out", "value": "nvidia-cusolver-cu12"} in subject["properties"]
+    deps = {d["ref"]: d.get("dependsOn", []) for d in bom["dependencies"]}
+    assert deps["pkg:pypi/plugin@0.5"] == ["pkg:pypi/gamma@0.1"]
     checked = sbom.check(out.read_text(), lock, "9.9.9", "gpu")
-    assert (checked["components"], checked["left_out"]) == (5, ["nvidia-cusolver-cu12"])
+    assert (checked["components"], checked["left_out"]) == (6, ["nvidia-cusolver-cu12"])
     # Listed although named as left out, or named left out of a pin the lock lacks: refused.
     listed = json.loads(out.read_text())
     digest = wheels.sha256(house / "nvidia_cusolver_cu12-11.7.1-py3-none-any.whl")
@@ -156,8 +159,9 @@ def test_a_pin_the_gpu_recipe_leaves_out_is_named_not_listed(inputs, tmp_path):
     listed["components"].append({**cusolver, "hashes": [{"alg": "SHA-256", "content": digest}]})
     with pytest.raises(ImageError, match="lists nvidia-cusolver-cu12, which it also names as"):
         sbom.check(json.dumps(listed), lock, "9.9.9", "gpu")
+    without = wheels.write_lock(tmp_path / "without.txt", {**PINS, "plugin": "0.5"}, house)
     with pytest.raises(ImageError, match="names nvidia-cusolver-cu12 as left out, which .* does"):
-        sbom.check(out.read_text(), inputs[0], "9.9.9", "gpu")
+        sbom.check(out.read_text(), without, "9.9.9", "gpu")
     with pytest.raises(ImageError, match="leaves out nvidia-cusolver-cu12, which .* does not pin"):
         context.write_sbom(dataclasses.replace(_target(inputs[0]), platform="gpu"), house, pax, out)
 
