@@ -56,8 +56,22 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse whose usage errors are a UsageError (one line, `(see --help)`), not its usage
     block and exit: the command's own `report` prints it."""
 
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = sys.argv[1:] if args is None else list(args)
+        return super().parse_known_args(args, namespace)
+
+    def _problem(self, message: str) -> str:
+        """argparse names a missing required argument before an unknown flag, so `--bogus`
+        alone was reported as a missing subcommand; the unknown flag is the likelier mistake."""
+        if message.startswith("the following arguments are required"):
+            flags = (a for a in getattr(self, "_given", ()) if a.startswith("--"))
+            unknown = [a for a in flags if a.split("=", 1)[0] not in self._option_string_actions]
+            if unknown:
+                return f"unrecognized arguments: {' '.join(unknown)}"
+        return message
+
     def error(self, message):
-        raise UsageError(f"{message} (see --help)")
+        raise UsageError(f"{self._problem(message)} (see --help)")
 
 
 class ExitingArgumentParser(ArgumentParser):
@@ -65,4 +79,4 @@ class ExitingArgumentParser(ArgumentParser):
     `PROG: error: MESSAGE (see --help)`, and exits 2, instead of argparse's usage block."""
 
     def error(self, message):
-        sys.exit(report(self.prog, UsageError(f"{message} (see --help)")))
+        sys.exit(report(self.prog, UsageError(f"{self._problem(message)} (see --help)")))

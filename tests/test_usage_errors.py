@@ -13,6 +13,8 @@ from pax.paths import ROOT
 COMMANDS = [
     ("pax.__main__", "env"),
     ("pax.data.cli", "sample", "--out", "x"),
+    ("pax.data.cli",),  # before a subcommand: the flag is named, not the missing subcommand
+    ("pax.data.cli", "sample"),  # and before a missing required option
     ("pax.aot",),
     ("pax.bisect.simulate",),
     ("pax.train.fp8_check",),
