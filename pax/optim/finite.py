@@ -6,6 +6,12 @@ inside the branch and read back by apply_updates after it, extra passes over eve
 that `python -m benchmarks.tpu_bench --profile` shows on a TPU. Here the choice is a select per
 element, which fuses into the passes that compute the update. The state is optax's own
 ApplyIfFiniteState, so checkpoints and the counters the loop reads stay as they were.
+
+A step counts as finite when the global norm of its gradients is: the rule of the step's own
+`finite` metric, and one reduction XLA shares with the global-norm clip instead of a pass of its
+own. It differs from apply_if_finite only where every gradient is finite and the squared norm
+overflows float32 (a norm above 1.8e19). The verdict reaches the inner transformations as the
+extra argument `accepted` (pax.optim.adam uses it).
 """
 
 import jax
@@ -30,12 +36,14 @@ def skip_if_not_finite(
         )
 
     def update(updates, state, params=None, **extra_args):
-        isfinite = jnp.all(jnp.array([jnp.all(jnp.isfinite(u)) for u in jax.tree.leaves(updates)]))
+        isfinite = jnp.isfinite(optax.tree.norm(updates))
         notfinite_count = jnp.where(
             isfinite, jnp.zeros([], jnp.int32), optax.safe_increment(state.notfinite_count)
         )
         accept = isfinite | (notfinite_count > max_consecutive_errors)
-        new_updates, new_inner = inner.update(updates, state.inner_state, params, **extra_args)
+        new_updates, new_inner = inner.update(
+            updates, state.inner_state, params, accepted=accept, **extra_args
+        )
         chosen = jax.tree.map(
             lambda new, old: jnp.where(accept, new, old), new_inner, state.inner_state
         )

@@ -14,7 +14,7 @@ vectorized optimizer.
 import optax
 
 from pax.experiments.config import OptimizerConfig
-from pax.optim import adafactor, finite, per_layer, schedules
+from pax.optim import adafactor, adam, finite, per_layer, schedules
 
 # skip_if_not_finite gives up after this many non-finite steps in a row; the loop's NAN_POLICY
 # decides long before that whether to stop.
@@ -57,7 +57,7 @@ def build(
         )
         tx = optax.chain(
             *clip,
-            optax.scale_by_adam(**moments),
+            adam.scale_by_adam(**moments),
             *capping,
             optax.add_decayed_weights(config.weight_decay),
             optax.scale_by_learning_rate(lr),
