@@ -33,7 +33,6 @@ from typing import Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import optax
 
 from pax.experiments.config import ModelConfig
 from pax.models import fp8, kv_cache
@@ -177,7 +176,12 @@ class TransformerLm(Sharded):
             ).astype(self.dtype)
             logits = jnp.einsum("bte,ev->btv", x, softmax)
         else:
-            logits = jnp.einsum("bte,ve->btv", x, table.astype(self.dtype))
+            # The barrier's transpose ties the two cotangents: the table's gradient from the
+            # logits is computed with the hidden states', before the layers' backward pass.
+            # Otherwise XLA adds it to the lookup's scatter-add after that pass and, to free the
+            # memory meanwhile, runs the output projection a second time.
+            x, table = jax.lax.optimization_barrier((x, table.astype(self.dtype)))
+            logits = jnp.einsum("bte,ve->btv", x, table)
         if c.softmax_has_bias:
             logits = logits + self.bias("softmax_bias", (vocab,), ("vocab",))
         logits = self.constrain(logits, ("batch", "length", "act_vocab"))
@@ -200,15 +204,22 @@ def padding_params(cfg: ModelConfig) -> int:
     return pad * (tables * cfg.model_dims + (1 if cfg.softmax_has_bias else 0))
 
 
+def cross_entropy(logits, targets):
+    """optax.softmax_cross_entropy_with_integer_labels: logsumexp minus the target's logit. The
+    target's logit is picked by a masked sum, which XLA fuses into the logsumexp's pass over the
+    logits; a gather would have the float32 logits written out whole, to read one of each row."""
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    is_target = jnp.arange(logits.shape[-1]) == targets[..., None]
+    return lse - jnp.sum(jnp.where(is_target, logits, 0.0), axis=-1)
+
+
 def lm_loss(logits, targets, weights):
     """Weighted token cross-entropy and Pax's LM metrics.
 
     Returns (loss, metrics) where loss = log_pplx = the weighted mean negative log-likelihood,
     accuracy = weighted next-token accuracy, num_tokens = sum of weights.
     """
-    # logsumexp minus the target's logit: no [batch, length, vocab] log-probabilities written
-    # out, which a TPU step otherwise spends HBM time and memory on.
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    nll = cross_entropy(logits, targets)
     weights = weights.astype(jnp.float32)
     num_tokens = weights.sum()
     denom = jnp.maximum(num_tokens, 1.0)

@@ -5,12 +5,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from pax.errors import UsageError
 from pax.models import kernels
 from pax.models.positions import rotary
-from pax.models.transformer import TransformerLm, lm_loss
+from pax.models.transformer import PADDING_LOGIT, TransformerLm, cross_entropy, lm_loss
 from pax.train.instantiate import instantiate
 from tests.helpers import Tiny, derive
 
@@ -237,6 +238,23 @@ def test_loss_ignores_zero_weight_tokens():
     expected = -(logp[0, 0, 1] + logp[0, 1, 2]) / 2
     np.testing.assert_allclose(loss, expected, rtol=1e-6)
     assert float(metrics["num_tokens"]) == 2
+
+
+def test_cross_entropy_and_its_gradient_are_optax_softmax_cross_entropy():
+    """The masked-sum pick of the target's logit is optax's gather, value and gradient,
+    padded ids' logits included."""
+    logits = 4 * jax.random.normal(jax.random.key(0), (2, 5, 11))
+    logits = logits.at[..., -2:].set(PADDING_LOGIT)
+    targets = jax.random.randint(jax.random.key(1), (2, 5), 0, 9)
+
+    def theirs(x):
+        return optax.softmax_cross_entropy_with_integer_labels(x, targets)
+
+    np.testing.assert_array_equal(cross_entropy(logits, targets), theirs(logits))
+    weights = jnp.arange(10.0).reshape(2, 5)
+    ours_grad = jax.grad(lambda x: (cross_entropy(x, targets) * weights).sum())(logits)
+    their_grad = jax.grad(lambda x: (theirs(x) * weights).sum())(logits)
+    np.testing.assert_allclose(ours_grad, their_grad, rtol=1e-6, atol=1e-7)
 
 
 def test_query_chunked_attention_is_the_same_math():
