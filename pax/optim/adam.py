@@ -6,8 +6,9 @@ update capping that order costs a pass over the optimizer's state: the capping's
 reads the gradient and both moments, and the last pass reads all of them again to choose
 between old and new moments. Here the guard's verdict (the extra argument `accepted`) chooses
 first and the direction comes from the chosen moments, so XLA writes the moments from the
-reduction's own pass and the last pass reads only them and the parameter (one chip's optimizer,
-in bytes per parameter, is what `python -m benchmarks.tpu_bench --profile` shows by kind).
+reduction's own pass and the last pass reads only them and the parameter: one read of the
+gradient and both moments fewer (the optimizer's rows of `python -m benchmarks.tpu_bench
+--profile`).
 
 On an accepted step the moments, count and direction are optax's own, bit for bit; on a
 rejected one the direction is meaningless and the guard applies zero in its place.
