@@ -62,7 +62,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def _problem(self, message: str) -> str:
         """argparse names a missing required argument before an unknown flag, so `--bogus`
-        alone was reported as a missing subcommand; the unknown flag is the likelier mistake."""
+        alone would read as a missing subcommand; the unknown flag is the likelier mistake."""
         if message.startswith("the following arguments are required"):
             flags = (a for a in getattr(self, "_given", ()) if a.startswith("--"))
             unknown = [a for a in flags if a.split("=", 1)[0] not in self._option_string_actions]

@@ -25,8 +25,8 @@ def scale_by_adam(b1: float, b2: float, eps: float, eps_root: float):
     def update(updates, state, params=None, *, accepted=True, **extra_args):
         del extra_args
         _, new = inner.update(updates, state, params)
-        # The guard's own choice, the same select: it returns `new` and keeps the choice, and
-        # XLA computes the two as one.
+        # The same select the guard applies to the state returned here (`new`), so XLA computes
+        # it once.
         kept = jax.tree.map(lambda n, o: jnp.where(accepted, n, o), new, state)
         mu_hat = optax.tree.bias_correction(kept.mu, b1, kept.count)
         nu_hat = optax.tree.bias_correction(kept.nu, b2, kept.count)
