@@ -2,8 +2,8 @@
 
 It imports nothing from pax, so `./noxw -s bench` can tell the cost of the project's model from
 the cost of the same math written the usual way: pre-LN blocks, one fused QKV Dense, causal
-attention, GELU FFN, the embedding table reused as the output projection, optax.adamw, one
-jax.jit with donated state. Attention is einsum under a causal mask (`xla`), or jax's splash
+attention, GELU FFN, the embedding table reused as the output projection, the experiment's
+optimizer from optax's pieces (`optimizer`), one jax.jit with donated state. Attention is einsum under a causal mask (`xla`), or jax's splash
 kernel (`splash`: Pallas, compiled on a TPU and interpreted elsewhere) called as MaxText calls
 it (MaxText/layers/attention_op.py: make_splash_mha over a causal mask per head, 512-square
 blocks), so the accelerator bench compares trainer and baseline at the same kernel. Its matmuls are the ones pax.train.mfu counts
@@ -115,15 +115,30 @@ class Lm(nn.Module):
         return embed.attend(nn.LayerNorm(dtype=dt)(x)).astype(jnp.float32)
 
 
-class Baseline:
-    """Initialized on construction; the first `interval` call also compiles the step."""
+def optimizer(learning_rate=1e-3, clip=5.0, weight_decay=1e-3, update_rms_cap=0.0, **moments):
+    """optax.adamw (decay on every tensor, a constant learning rate) after a global-norm clip
+    (none where clip <= 0); `moments` are scale_by_adam's b1, b2, eps, eps_root.
 
-    def __init__(self, s: Shape, batches, learning_rate=1e-3, clip=5.0, weight_decay=1e-3):
+    update_rms_cap > 0 also caps each tensor's Adam update to that RMS before the decay
+    (optax.clip_by_block_rms), which is Adam as praxis's sharded_adam defines it: a reduction
+    over every tensor's update before any of it can be applied, so the two loops of a bench
+    pay for the same math."""
+    return optax.chain(
+        *([optax.clip_by_global_norm(clip)] if clip > 0 else []),
+        optax.scale_by_adam(**{"b1": 0.9, "b2": 0.99, "eps": 1e-6, **moments}),
+        *([optax.clip_by_block_rms(update_rms_cap)] if update_rms_cap > 0 else []),
+        optax.add_decayed_weights(weight_decay),
+        optax.scale_by_learning_rate(learning_rate),
+    )
+
+
+class Baseline:
+    """Initialized on construction; the first `interval` call also compiles the step.
+    Keyword arguments are `optimizer`'s."""
+
+    def __init__(self, s: Shape, batches, **optimizer_args):
         model = Lm(s)
-        tx = optax.chain(
-            optax.clip_by_global_norm(clip),
-            optax.adamw(learning_rate, b1=0.9, b2=0.99, eps=1e-6, weight_decay=weight_decay),
-        )
+        tx = optimizer(**optimizer_args)
 
         def step(params, opt_state, batch):
             def loss_fn(p):

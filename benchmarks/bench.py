@@ -176,6 +176,23 @@ def baseline_shape(cfg, attention: str = "xla") -> baseline.Shape:
     )
 
 
+def baseline_optimizer(opt) -> dict:
+    """benchmarks.baseline.optimizer's arguments for the trainer's OptimizerConfig: the same
+    clip, moments, decay, peak learning rate and, for Pax's Adam, per-tensor update cap."""
+    if opt.optimizer not in ("adam", "adamw"):
+        raise ValueError(f"benchmarks.baseline has no counterpart for optimizer {opt.optimizer!r}")
+    return dict(
+        learning_rate=opt.learning_rate,
+        clip=opt.clip_gradient_norm_to_value,
+        weight_decay=opt.weight_decay,
+        update_rms_cap=opt.adam_clip_threshold if opt.optimizer == "adam" else 0.0,
+        b1=opt.adam_beta1,
+        b2=opt.adam_beta2,
+        eps=opt.adam_epsilon,
+        eps_root=opt.adam_epsilon_root,
+    )
+
+
 def _ratios(numerator, denominator) -> dict:
     """Per-round ratios: each round's intervals ran back to back, under the same load."""
     return figures.spread([n / d for n, d in zip(numerator, denominator)])
@@ -188,11 +205,7 @@ def loops(task) -> tuple:
     batches = [data.batch(i, task.train.percore_batch_size) for i in range(8)]
     minimal_run = minimal_loop.MinimalLoop(cfg, task.optimizer, batches)
     baseline_run = baseline.Baseline(
-        baseline_shape(cfg),
-        batches,
-        learning_rate=task.optimizer.learning_rate,
-        clip=task.optimizer.clip_gradient_norm_to_value,
-        weight_decay=task.optimizer.weight_decay,
+        baseline_shape(cfg), batches, **baseline_optimizer(task.optimizer)
     )
     return minimal_run, baseline_run
 

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from benchmarks import baseline
-from benchmarks.bench import baseline_shape
+from benchmarks.bench import baseline_optimizer, baseline_shape
 from benchmarks.tpu_bench import synthetic_batches
 from pax.errors import ExitingArgumentParser
 from pax.train import fp8_check, mfu
@@ -32,10 +32,13 @@ DRY_RUN_EXPERIMENT = "tasks.lm.params.lm_cloud.LmCloudSpmdTiny"
 MFU_GOAL, FP8_SPEEDUP_GOAL = 0.55, 1.4
 
 
-def measure_baseline(cfg, batch: int, steps: int, peak_flops: float) -> dict:
-    """The independent baseline at cfg's shapes on the default device, synthetic tokens."""
+def measure_baseline(cfg, optimizer, batch: int, steps: int, peak_flops: float) -> dict:
+    """The independent baseline at cfg's shapes, with the trainer's optimizer (its
+    OptimizerConfig), on the default device, synthetic tokens."""
     run = baseline.Baseline(
-        baseline_shape(cfg), synthetic_batches(cfg.vocab_size, batch, cfg.seq_len)
+        baseline_shape(cfg),
+        synthetic_batches(cfg.vocab_size, batch, cfg.seq_len),
+        **baseline_optimizer(optimizer),
     )
     start = time.perf_counter()
     run.interval(1)  # compiles
@@ -85,7 +88,7 @@ def main(argv=None) -> int:
     # One peak for every row: on a GPU the table's, on CPU the bf16 run's measurement.
     peak = bf16["peak"]
     fp8["mfu"] = fp8["flops_per_step"] / fp8["step_s"] / peak["flops"]
-    base = measure_baseline(cfg, bf16["batch"], steps, peak["flops"])
+    base = measure_baseline(cfg, bf16["optimizer"], bf16["batch"], steps, peak["flops"])
     print(
         f"model: {bf16['experiment']}, {bf16['params'] / 1e9:.3f}B params ({cfg.num_layers} "
         f"layers x {cfg.model_dims}, FFN {cfg.hidden_dims}, {cfg.num_heads} heads), seq "

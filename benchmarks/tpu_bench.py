@@ -7,8 +7,8 @@ The model is Pax's 1B config (C4Spmd1BAdam4Replicas) cut to 6 layers, what one 1
 holds with Adam's state: 6 × 2560, FFN 10240, 20 heads of 128, vocab 32000, seq 1024, 0.55B
 parameters, bf16 activations, synthetic tokens. Each trainer setting (batch × remat policy ×
 attention kernel) is compiled and timed as `python -m pax.main` runs it
-(pax.train.compiled_step), and benchmarks/baseline.py (no pax code, optax adamw) at the same
-batch, remat policy and attention kernel: einsum attention for `xla`, jax's splash kernel for
+(pax.train.compiled_step), and benchmarks/baseline.py (no pax code; the experiment's optimizer from
+optax's pieces) at the same batch, remat policy and attention kernel: einsum attention for `xla`, jax's splash kernel for
 `splash` (`auto` is recorded as the kernel it picked). MFU is against the chip's dense bf16 peak
 from its data sheet (pax.train.mfu), by the project's FLOP count and with causal attention
 counted at half as MaxText counts it (`mfu_causal_half`); an 8192³ bf16 matmul measured in the
@@ -30,7 +30,7 @@ import jax
 import numpy as np
 
 from benchmarks import baseline, figures, profile
-from benchmarks.bench import baseline_shape
+from benchmarks.bench import baseline_optimizer, baseline_shape
 from benchmarks.table import BENCH_JSON, ROOT, record_accelerator
 from pax.errors import ExitingArgumentParser
 from pax.models.transformer import TransformerLm
@@ -118,7 +118,8 @@ def measure(args) -> dict:
                     EXPERIMENT, batch, REMAT_POLICY=remat, ATTENTION_KERNEL=attention, **shape
                 )
 
-            cfg = experiment("xla").task().model
+            task = experiment("xla").task()
+            cfg = task.model
             flops = (mfu.flops_per_step(cfg, batch), mfu.flops_per_step(cfg, batch, True))
             info = {
                 "model": {
@@ -155,6 +156,7 @@ def measure(args) -> dict:
                     lambda k=kernel: baseline.Baseline(
                         baseline_shape(cfg, k),
                         synthetic_batches(cfg.vocab_size, batch, cfg.seq_len),
+                        **baseline_optimizer(task.optimizer),
                     ),
                     args.steps,
                     flops,
@@ -319,13 +321,15 @@ def main(argv=None) -> int:
             **shape,
         )
         trainer = compiled_step.CompiledStep(exp, jax.devices()[:1])
-        cfg = trainer.run.task.model
+        task = trainer.run.task
+        cfg = task.model
         mine = profile.op_times(trainer.compiled.as_text(), trainer.interval, args.steps)
         trainer = None
         gc.collect()
         base = baseline.Baseline(
             baseline_shape(cfg, kernel_of(exp)),
             synthetic_batches(cfg.vocab_size, args.batch[0], cfg.seq_len),
+            **baseline_optimizer(task.optimizer),
         )
         theirs = profile.op_times(profile.loop_hlo(base), base.interval, args.steps)
         print(profile.report(mine, theirs))

@@ -67,6 +67,7 @@ def measure(name: str, use_fp8: bool, steps: int, batch=None) -> dict:
         "use_fp8": use_fp8,
         "params": state_lib.num_params(step.abstract),
         "model": cfg,
+        "optimizer": run.task.optimizer,
         "batch": run.global_batch,
         "tokens_per_step": tokens,
         "flops_per_step": flops,
