@@ -70,8 +70,9 @@ class Block(Sharded):
         return self.constrain(x), None
 
 
-def stack_layers(kw: dict, num_layers: int, x, positions, segment_ids=None):
-    """Adds `num_layers` Blocks to the calling (compact) module and runs x through them."""
+def stack_layers(kw: dict, num_layers: int, x, positions, segment_ids=None, initializing=False):
+    """Adds `num_layers` Blocks to the calling (compact) module and runs x through them;
+    `initializing`: the calling module's is_initializing()."""
     cfg = kw["cfg"]
     block = Block
     if cfg.remat_policy != "none":
@@ -90,11 +91,29 @@ def stack_layers(kw: dict, num_layers: int, x, positions, segment_ids=None):
             unroll=min(cfg.layer_scan_unroll, num_layers),
             metadata_params={nn.PARTITION_NAME: "layers"},
         )
+        if jnp.dtype(cfg.fprop_dtype) != jnp.dtype(cfg.param_dtype) and not initializing:
+            stack = nn.map_variables(stack, "params", _compute_dtype_matrices(cfg.fprop_dtype))
         x, _ = stack(**kw, name="layers")(x, positions, segment_ids)
     else:
         for i in range(num_layers):
             x, _ = block(**kw, name=f"layer_{i}")(x, positions, segment_ids)
     return x
+
+
+def _compute_dtype_matrices(dtype):
+    """The stacked layers' weight matrices in the compute dtype, cast before the scan slices them.
+
+    Each layer casts its weights to the compute dtype anyway; cast inside the scan, the weights'
+    gradients leave the backward loop as float32 stacks (the cast's transpose runs per layer),
+    twice the bytes to write there and to read in the global norm and the optimizer. Cast here,
+    they leave it in the compute dtype, the values the matmuls made, and become float32 in the
+    passes that read them. Vectors (norm scales, biases, PerDimScale) keep their dtype: some
+    are used in float32."""
+
+    def cast(variables):
+        return jax.tree.map(lambda p: p.astype(dtype) if p.ndim >= 3 else p, variables)
+
+    return cast
 
 
 class LayerStack(Sharded):
@@ -110,6 +129,7 @@ class LayerStack(Sharded):
             x,
             positions,
             segment_ids,
+            self.is_initializing(),
         )
 
 
@@ -165,7 +185,7 @@ class TransformerLm(Sharded):
                 name="pipeline",
             )(x, positions, segment_ids)
         else:
-            x = stack_layers(kw, c.num_layers, x, positions, segment_ids)
+            x = stack_layers(kw, c.num_layers, x, positions, segment_ids, self.is_initializing())
 
         x = self.norm("final_norm")(x)
         if c.separate_embedding:

@@ -9,7 +9,7 @@ import optax
 import pytest
 
 from pax.errors import UsageError
-from pax.models import kernels
+from pax.models import kernels, transformer
 from pax.models.positions import rotary
 from pax.models.transformer import PADDING_LOGIT, TransformerLm, cross_entropy, lm_loss
 from pax.train.instantiate import instantiate
@@ -103,6 +103,32 @@ def test_remat_and_scan_unroll_change_speed_and_memory_not_math(change):
     g2 = jax.jit(jax.grad(lambda p: loss(remat_model, p)))(params)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_bf16_layers_cast_their_weights_before_the_scan_and_leave_the_math_alone(monkeypatch):
+    """With bf16 activations and float32 parameters, the scanned layers' weight gradients leave
+    the backward loop in bf16, and loss and gradients are bit for bit those of the cast done
+    inside each layer."""
+    model, params, tokens = _model_and_params(derive(Tiny, FPROP_DTYPE="bfloat16"))
+    assert model.cfg.use_repeated_layer and model.cfg.param_dtype == "float32"
+
+    def loss(p):
+        logits = model.apply({"params": p}, tokens)
+        return lm_loss(logits, _targets(tokens), jnp.ones(tokens.shape))[0]
+
+    backward = jax.make_jaxpr(jax.grad(loss))(params)
+    scans = [e for e in backward.eqns if e.primitive.name == "scan"]
+    stacked = [v.aval for e in scans for v in e.outvars if len(v.aval.shape) >= 3]
+    ffn = params["layers"]["ffn"]["wi"].value.shape
+    assert any(a.shape == ffn and a.dtype == jnp.bfloat16 for a in stacked)
+    assert not any(a.shape == ffn and a.dtype == jnp.float32 for a in stacked)
+
+    ours = jax.jit(jax.value_and_grad(loss))(params)
+    monkeypatch.setattr(transformer, "_compute_dtype_matrices", lambda dtype: lambda v: v)
+    inside = jax.jit(jax.value_and_grad(loss))(params)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(inside)):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize(
