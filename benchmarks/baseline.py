@@ -3,12 +3,13 @@
 It imports nothing from pax, so `./noxw -s bench` can tell the cost of the project's model from
 the cost of the same math written the usual way: pre-LN blocks, one fused QKV Dense, causal
 attention, GELU FFN, the embedding table reused as the output projection, the experiment's
-optimizer from optax's pieces (`optimizer`), one jax.jit with donated state. Attention is einsum under a causal mask (`xla`), or jax's splash
-kernel (`splash`: Pallas, compiled on a TPU and interpreted elsewhere) called as MaxText calls
-it (MaxText/layers/attention_op.py: make_splash_mha over a causal mask per head, 512-square
-blocks), so the accelerator bench compares trainer and baseline at the same kernel. Its matmuls are the ones pax.train.mfu counts
-(tests/benchmarks/test_bench.py counts them in both programs); what that formula leaves out differs:
-learned positions here (the trainer: rotary), no logit caps.
+optimizer from optax's pieces (`optimizer`), one jax.jit with donated state. Attention is einsum
+under a causal mask (`xla`), or jax's splash kernel (`splash`: Pallas, compiled on a TPU and
+interpreted elsewhere) called as MaxText calls it (MaxText/layers/attention_op.py:
+make_splash_mha over a causal mask per head, 512-square blocks), so the accelerator bench
+compares trainer and baseline at the same kernel. Its matmuls are the ones pax.train.mfu counts
+(tests/benchmarks/test_bench.py counts them in both programs); what that formula leaves out
+differs: learned positions here (the trainer: rotary), no logit caps.
 """
 
 import dataclasses

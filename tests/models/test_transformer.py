@@ -105,11 +105,16 @@ def test_remat_and_scan_unroll_change_speed_and_memory_not_math(change):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
-def test_bf16_layers_cast_their_weights_before_the_scan_and_leave_the_math_alone(monkeypatch):
+@pytest.mark.parametrize(
+    "attrs", [{}, {"USE_BIAS": True, "ACTIVATION": "swiglu", "NUM_KV_HEADS": 2}]
+)
+def test_bf16_layers_cast_their_weights_before_the_scan_and_leave_the_math_alone(
+    attrs, monkeypatch
+):
     """With bf16 activations and float32 parameters, the scanned layers' weight gradients leave
     the backward loop in bf16, and loss and gradients are bit for bit those of the cast done
-    inside each layer."""
-    model, params, tokens = _model_and_params(derive(Tiny, FPROP_DTYPE="bfloat16"))
+    inside each layer (biases, gated FFN and grouped heads included)."""
+    model, params, tokens = _model_and_params(derive(Tiny, FPROP_DTYPE="bfloat16", **attrs))
     assert model.cfg.use_repeated_layer and model.cfg.param_dtype == "float32"
 
     def loss(p):
