@@ -116,9 +116,18 @@ class Lm(nn.Module):
         return embed.attend(nn.LayerNorm(dtype=dt)(x)).astype(jnp.float32)
 
 
-def optimizer(learning_rate=1e-3, clip=5.0, weight_decay=1e-3, update_rms_cap=0.0, **moments):
+def optimizer(
+    learning_rate=1e-3,
+    clip=5.0,
+    weight_decay=1e-3,
+    update_rms_cap=0.0,
+    b1=0.9,
+    b2=0.99,
+    eps=1e-6,
+    eps_root=0.0,
+):
     """optax.adamw (decay on every tensor, a constant learning rate) after a global-norm clip
-    (none where clip <= 0); `moments` are scale_by_adam's b1, b2, eps, eps_root.
+    (none where clip <= 0).
 
     update_rms_cap > 0 also caps each tensor's Adam update to that RMS before the decay
     (optax.clip_by_block_rms), which is Adam as praxis's sharded_adam defines it: a reduction
@@ -126,7 +135,7 @@ def optimizer(learning_rate=1e-3, clip=5.0, weight_decay=1e-3, update_rms_cap=0.
     pay for the same math."""
     return optax.chain(
         *([optax.clip_by_global_norm(clip)] if clip > 0 else []),
-        optax.scale_by_adam(**{"b1": 0.9, "b2": 0.99, "eps": 1e-6, **moments}),
+        optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root),
         *([optax.clip_by_block_rms(update_rms_cap)] if update_rms_cap > 0 else []),
         optax.add_decayed_weights(weight_decay),
         optax.scale_by_learning_rate(learning_rate),
