@@ -15,9 +15,10 @@ nothing, so its plan is held against the GPU's memory. Elsewhere (the cpu env, `
 plans it on virtual CPU devices, an upper bound: the CPU compiler computes bf16 matmuls in f32
 and keeps more temporaries alive than the TPU compiler does.
 
-Per chip is arguments + outputs - donated aliases + temporaries. `ATTENTION_KERNEL` and
-`CPU_KERNELS` left at `auto` are resolved as on the target (splash attention and no CPU kernels
-for a TPU): compiling from a CPU host, `auto` would otherwise pick the CPU's.
+Per chip is arguments + outputs - donated aliases + temporaries. The step is traced for the
+target's platform (pax.models.platform), so `ATTENTION_KERNEL` and `CPU_KERNELS` left at `auto`
+resolve as there (splash attention on a TPU, the capped softmax, no XLA:CPU-tuned forms), not
+as this CPU host would.
 
 Without experiments it plans every Pax reference experiment on the TPU generation Pax ran it on
 (v4) and on v5e with as many chips, plus the one-chip v5e recipes (ONE_CHIP), and the GPU rows
@@ -27,6 +28,7 @@ not (or does not compile).
 """
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.metadata
 import importlib.util
@@ -293,6 +295,7 @@ def analyze(plan: Plan, native: bool) -> dict:
     """
     import jax
 
+    from pax.models import platform as models_platform
     from pax.parallel import pipeline
     from pax.train import placement
     from pax.train import state as state_lib
@@ -305,12 +308,13 @@ def analyze(plan: Plan, native: bool) -> dict:
     tpu = native and platform == "tpu"
     devices = target.devices() if native else jax.devices()[:size]
     on_target = _as_on_target(cls, tpu, gpu=native and platform == "gpu")
-    run = instantiate(on_target(), devices=devices)
-    place = placement.for_run(run)
-    state, batch = _abstract_inputs(run, place, size)
-    start = time.perf_counter()
-    per_device, temp, available, error = _compiled_memory(place, state, batch, tpu)
-    seconds = time.perf_counter() - start
+    with models_platform.target(devices) if native else contextlib.nullcontext():
+        run = instantiate(on_target(), devices=devices)
+        place = placement.for_run(run)
+        state, batch = _abstract_inputs(run, place, size)
+        start = time.perf_counter()
+        per_device, temp, available, error = _compiled_memory(place, state, batch, tpu)
+        seconds = time.perf_counter() - start
     stages, microbatches = run.task.mesh.num_stages, run.task.mesh.num_microbatches
     return {
         "experiment": registry.name_of(registry.get(plan.experiment)),
@@ -357,19 +361,11 @@ def _as_on_target(cls: type, tpu: bool, gpu: bool = False) -> type:
     # The step's cost does not depend on where tokens come from: compile against synthetic data
     # (which has no end, so evaluations read a fixed number of batches).
     fixed = {"DATA_SOURCE": "synthetic", "EVAL_NUM_BATCHES": 1}
-    if tpu:  # `auto` as the target resolves it, not as this CPU host would
-        if cls.CPU_KERNELS == "auto":
-            fixed["CPU_KERNELS"] = "off"
-        # A pmapped model has no mesh to say its devices are TPUs: XLA attention there.
-        pmapped = cls.ICI_MESH_SHAPE is None
-        if cls.ATTENTION_KERNEL == "auto":
-            usable = splash.usable(cls.SEQ_LEN) and not pmapped
-            fixed["ATTENTION_KERNEL"] = "splash" if usable else "xla"
-    if gpu:  # `auto` as a GPU resolves it: XLA's attention, no CPU kernels
-        if cls.CPU_KERNELS == "auto":
-            fixed["CPU_KERNELS"] = "off"
-        if cls.ATTENTION_KERNEL == "auto":
-            fixed["ATTENTION_KERNEL"] = "xla"
+    # Traced for the target (pax.models.platform), `auto` resolves as there; the kernel is
+    # named here so that the plan records it.
+    if (tpu or gpu) and cls.ATTENTION_KERNEL == "auto":
+        usable = tpu and splash.usable(cls.SEQ_LEN)
+        fixed["ATTENTION_KERNEL"] = "splash" if usable else "xla"
     return type(cls.__name__, (cls,), fixed)
 
 

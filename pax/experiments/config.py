@@ -161,9 +161,10 @@ class ModelConfig:
     use_fp8: bool = hp(False, "FP8 attention projections and FFN matmuls", pax="USE_FP8")
     cpu_kernels: str = hp(
         "auto",
-        "the forms tuned on XLA:CPU (custom weight and bias gradients, a softmax of capped "
-        "logits without its max pass, rotary's sin/cos through an identity matmul): auto where "
-        "the backend is CPU; off is plain jnp, which forward-mode autodiff (jax.jvp) needs",
+        "the forms with custom gradients: a softmax of capped logits without its max pass, and "
+        "the ones tuned on XLA:CPU (weight and bias gradients, rotary's sin/cos through an "
+        "identity matmul); auto: the softmax everywhere, the rest where the backend is CPU; "
+        "off is plain jnp, which forward-mode autodiff (jax.jvp) needs",
         choices=("auto", "on", "off"),
     )
 

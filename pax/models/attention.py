@@ -147,7 +147,7 @@ class Attention(Sharded):
                 c.atten_logit_cap,
                 self.dtype,
                 kv_layout,
-                self.cpu_kernels,
+                self.capped_softmax,
             )
 
         size = c.attention_query_chunk

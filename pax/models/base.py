@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from pax.experiments.config import ModelConfig
-from pax.models import fp8, kernels, splash
+from pax.models import fp8, kernels, platform, splash
 from pax.parallel import sharding
 
 ACT_AXES = ("batch", "length", "act_embed")
@@ -43,13 +43,20 @@ class Sharded(nn.Module):
 
     @property
     def cpu_kernels(self) -> bool:
-        """Whether to use pax.models.kernels (CPU_KERNELS): weight_einsum's and add_bias's
-        custom gradients, capped_softmax, rotary's sin/cos table. Their custom VJPs rule out
-        forward-mode autodiff (jax.jvp, jax.linearize), and nothing shows they help on TPU or
-        GPU, where weight_einsum's merged batch axes may also cross a sharded one; so `auto`
-        keeps them to CPU."""
+        """Whether to use the XLA:CPU-tuned forms of pax.models.kernels (CPU_KERNELS):
+        weight_einsum's and add_bias's custom gradients, rotary's sin/cos table. Nothing shows
+        they help on TPU or GPU, where weight_einsum's merged batch axes may also cross a
+        sharded one; so `auto` keeps them to CPU."""
         kernels = self.cfg.cpu_kernels
-        return jax.default_backend() == "cpu" if kernels == "auto" else kernels == "on"
+        return platform.current(self.mesh) == "cpu" if kernels == "auto" else kernels == "on"
+
+    @property
+    def capped_softmax(self) -> bool:
+        """Whether XLA attention's softmax of capped logits is kernels.capped_softmax: unless
+        CPU_KERNELS=off, on every platform. Its backward starts from the raw logits, where
+        autodiff's keeps the capped ones and the max beside them; on a TPU that is a
+        scores-sized tensor fewer alive in each layer's backward (docs/benchmarks.md)."""
+        return self.cfg.cpu_kernels != "off"
 
     @property
     def splash_attention(self) -> bool:
@@ -58,7 +65,7 @@ class Sharded(nn.Module):
         that does not fit them (a short input to init) runs the XLA form (attention.py)."""
         c = self.cfg
         if c.attention_kernel == "auto":
-            return jax.default_backend() == "tpu" and splash.usable(c.seq_len)
+            return platform.current(self.mesh) == "tpu" and splash.usable(c.seq_len)
         return c.attention_kernel == "splash"
 
     def add_bias(self, y, b):

@@ -1,9 +1,11 @@
-"""XLA:CPU-tuned forms of operations the layers use where CPU_KERNELS says so.
+"""Forms of operations with custom gradients, which the layers use where CPU_KERNELS says so.
 
 Each computes what its plain jnp form computes; they were chosen from XLA:CPU profiles. Their
-custom VJPs rule out forward-mode autodiff (jax.jvp, jax.linearize), and nothing shows they
-help on TPU or GPU, so by default (`auto`) only a CPU backend uses them
-(pax.models.base.Sharded.cpu_kernels). The bench (benchmarks/) prints what they are worth.
+custom VJPs rule out forward-mode autodiff (jax.jvp, jax.linearize). By default (`auto`) the
+capped softmax is used on every platform, where TPU compiles showed it pays too
+(pax.models.base.Sharded.capped_softmax), and the others only on a CPU backend, where nothing
+shows they help on TPU or GPU (Sharded.cpu_kernels). The bench (benchmarks/) prints what they
+are worth.
 """
 
 import functools

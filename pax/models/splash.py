@@ -16,6 +16,7 @@ import jax
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.sharding import PartitionSpec as P
 
+from pax.models import platform
 from pax.parallel import sharding
 
 # Lane width of the TPU's vector unit: a block of queries or keys is a multiple of it.
@@ -46,15 +47,6 @@ def _kernel(groups: int, length: int, cap: float, block: int, interpret: bool):
         )
 
 
-def _for_tpu(mesh) -> bool:
-    """Whether the kernel is compiled for TPU cores rather than interpreted: the mesh's devices
-    say (a TPU topology's devices when pax.aot compiles for TPU from a CPU host), else the
-    default backend."""
-    if mesh is not None:
-        return mesh.devices.flat[0].platform == "tpu"
-    return jax.default_backend() == "tpu"
-
-
 def attend(q, k, v, segment_ids, cap: float, mesh=None, rules=sharding.LOGICAL_AXIS_RULES):
     """Causal softmax attention of scaled queries q (batch, t, group, kv_heads, dims) over k, v
     (batch, t, kv_heads, dims); with segment ids (batch, t), only within a query's segment.
@@ -63,7 +55,7 @@ def attend(q, k, v, segment_ids, cap: float, mesh=None, rules=sharding.LOGICAL_A
     Pallas kernel is opaque to XLA's partitioner, which would otherwise gather all of them.
     """
     b, t, g, n, d = q.shape
-    kernel = _kernel(g, t, float(cap), BLOCK, not _for_tpu(mesh))
+    kernel = _kernel(g, t, float(cap), BLOCK, platform.current(mesh) != "tpu")
 
     def local(q, k, v, segments):
         def one_head(q, k, v, ids):  # q (g, t, d), k and v (t, d), ids (t,)

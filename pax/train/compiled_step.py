@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from pax.experiments import registry
+from pax.models import platform
 from pax.parallel import sharding
 from pax.train import placement
 from pax.train.instantiate import instantiate
@@ -40,12 +41,13 @@ def lower_for(experiment, devices):
     """(run, placement, lowered step) of an experiment's SPMD train step for `devices`, which
     need not be this host's (compile-only devices of a GPU topology): its state and batch as
     shapes, nothing allocated or read."""
-    run = instantiate(experiment, devices=devices)
-    place = placement.Spmd(run)
-    spec = sharding.batch_sharding(run.mesh)
-    shape = (run.global_batch, run.task.model.seq_len)
-    batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=spec) for k, dtype in BATCH}
-    return run, place, place.train_step.lower(place.abstract, batch)
+    with platform.target(devices):
+        run = instantiate(experiment, devices=devices)
+        place = placement.Spmd(run)
+        spec = sharding.batch_sharding(run.mesh)
+        shape = (run.global_batch, run.task.model.seq_len)
+        batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=spec) for k, dtype in BATCH}
+        return run, place, place.train_step.lower(place.abstract, batch)
 
 
 def plan_bytes(compiled) -> int:

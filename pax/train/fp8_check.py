@@ -207,8 +207,7 @@ def _compile_step(name: str, use_fp8: bool, batch, devices) -> dict:
     from pax.train import compiled_step
     from pax.train import state as state_lib
 
-    # CPU_KERNELS=off: what `auto` resolves to on a GPU (this host's backend is the CPU).
-    experiment = compiled_step.one_device(name, batch, USE_FP8=use_fp8, CPU_KERNELS="off")
+    experiment = compiled_step.one_device(name, batch, USE_FP8=use_fp8)
     run, place, lowered = compiled_step.lower_for(experiment, devices)
     start = time.perf_counter()
     compiled = lowered.compile()

@@ -1,5 +1,6 @@
 import dataclasses
 import math
+import types
 
 import flax.linen as nn
 import jax
@@ -9,7 +10,7 @@ import optax
 import pytest
 
 from pax.errors import UsageError
-from pax.models import kernels, transformer
+from pax.models import kernels, platform, transformer
 from pax.models.positions import rotary
 from pax.models.transformer import PADDING_LOGIT, TransformerLm, cross_entropy, lm_loss
 from pax.train.instantiate import instantiate
@@ -344,3 +345,34 @@ def test_cpu_kernels_off_is_the_same_math_and_supports_forward_mode_autodiff():
     np.testing.assert_allclose(linearized, derivative, rtol=1e-5)
     with pytest.raises(TypeError, match="custom_vjp"):
         jax.jit(lambda p, t: jax.jvp(on_loss, (p,), (t,)))(params, tangent)
+
+
+@pytest.mark.parametrize("on", ["cpu", "gpu", "tpu"])
+@pytest.mark.parametrize("setting", ["auto", "on", "off"])
+def test_cpu_kernels_auto_keeps_the_capped_softmax_everywhere_and_the_rest_to_cpu(
+    monkeypatch, setting, on
+):
+    """Traced for each platform (as pax.aot traces for a TPU from this host): `auto` takes the
+    capped softmax everywhere and the XLA:CPU-tuned weight gradients on CPU only."""
+    calls = {"capped_softmax": 0, "weight_einsum": 0}
+
+    def counted(name):
+        form = getattr(kernels, name)
+
+        def call(*args):
+            calls[name] += 1
+            return form(*args)
+
+        return call
+
+    for name in calls:
+        monkeypatch.setattr(kernels, name, counted(name))
+    exp = derive(Tiny, CPU_KERNELS=setting, ATTENTION_KERNEL="xla")
+    model = TransformerLm(exp().task().model)
+    assert model.cfg.atten_logit_cap > 0
+    tokens = jnp.zeros((2, 16), jnp.int32)
+    with platform.target([types.SimpleNamespace(platform=on)]):
+        variables = jax.eval_shape(model.init, jax.random.key(0), tokens)
+        jax.eval_shape(model.apply, variables, tokens)
+    assert bool(calls["capped_softmax"]) == (setting != "off")
+    assert bool(calls["weight_einsum"]) == (setting == "on" or setting == "auto" and on == "cpu")

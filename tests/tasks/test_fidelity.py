@@ -595,7 +595,7 @@ OURS_ONLY = {
     "BAD_RECORD_POLICY": "unreadable C4 records",
     "LAYER_SCAN_UNROLL": "nn.scan's unroll for repeated layers (Pax always loops)",
     "VOCAB_PAD_MULTIPLE": "tables padded so that `mdl` divides them (Pax split them unevenly)",
-    "CPU_KERNELS": "the XLA:CPU-tuned forms of the same math, on where the backend is CPU",
+    "CPU_KERNELS": "forms of the same math with custom gradients: the capped softmax, XLA:CPU's",
     "ATTENTION_KERNEL": "jax's splash flash-attention kernel on TPU: the same math in blocks",
 }
 

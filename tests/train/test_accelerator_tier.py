@@ -76,8 +76,8 @@ def _relative_errors(a, b) -> dict:
 
 @pytest.mark.parametrize("precision", ["highest", "default"])
 def test_the_default_kernels_give_the_cpus_loss_and_gradients(precision):
-    """The device's default forms (plain jnp, and on a TPU the splash attention kernel) against
-    the CPU's (its XLA:CPU-tuned kernels, XLA attention)."""
+    """The device's default forms (plain jnp but for the capped softmax, and on a TPU the splash
+    attention kernel) against the CPU's (its XLA:CPU-tuned kernels, XLA attention)."""
     model, params, batch = _setup(Kernelled)
     cpu_model = TransformerLm(
         dataclasses.replace(model.cfg, cpu_kernels="on", attention_kernel="xla")
