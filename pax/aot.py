@@ -28,7 +28,6 @@ not (or does not compile).
 """
 
 import argparse
-import contextlib
 import dataclasses
 import importlib.metadata
 import importlib.util
@@ -308,7 +307,7 @@ def analyze(plan: Plan, native: bool) -> dict:
     tpu = native and platform == "tpu"
     devices = target.devices() if native else jax.devices()[:size]
     on_target = _as_on_target(cls, tpu, gpu=native and platform == "gpu")
-    with models_platform.target(devices) if native else contextlib.nullcontext():
+    with models_platform.target(devices):
         run = instantiate(on_target(), devices=devices)
         place = placement.for_run(run)
         state, batch = _abstract_inputs(run, place, size)

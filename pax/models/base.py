@@ -53,9 +53,9 @@ class Sharded(nn.Module):
     @property
     def capped_softmax(self) -> bool:
         """Whether XLA attention's softmax of capped logits is kernels.capped_softmax: unless
-        CPU_KERNELS=off, on every platform. Its backward starts from the raw logits, where
-        autodiff's keeps the capped ones and the max beside them; on a TPU that is a
-        scores-sized tensor fewer alive in each layer's backward (docs/benchmarks.md)."""
+        CPU_KERNELS=off, on every platform. Its backward starts from the raw logits and the
+        probabilities; compiled for a TPU or a GPU, autodiff's form keeps more scores-sized
+        tensors alive in each layer's backward (docs/benchmarks.md)."""
         return self.cfg.cpu_kernels != "off"
 
     @property

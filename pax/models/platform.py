@@ -17,11 +17,9 @@ _TARGET = contextvars.ContextVar("pax_target_platform", default=None)
 def current(mesh=None) -> str:
     """The platform's name ("cpu", "gpu", "tpu"): the target's, else the mesh devices', else
     the default backend's."""
-    if _TARGET.get():
-        return _TARGET.get()
-    if mesh is not None:
-        return mesh.devices.flat[0].platform
-    return jax.default_backend()
+    if mesh is None:
+        return _TARGET.get() or jax.default_backend()
+    return _TARGET.get() or mesh.devices.flat[0].platform
 
 
 @contextlib.contextmanager

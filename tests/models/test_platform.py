@@ -2,6 +2,7 @@ import types
 
 import jax
 import numpy as np
+import pytest
 from jax.sharding import Mesh
 
 from pax.models import platform
@@ -23,10 +24,7 @@ def test_the_platform_is_the_meshs_unless_a_target_is_given():
     assert platform.current(mesh) == "cpu"
 
 
-def test_a_failed_trace_leaves_the_target_behind():
-    try:
-        with platform.target(_devices("tpu")):
-            raise RuntimeError("lowering failed")
-    except RuntimeError:
-        pass
+def test_a_failed_trace_does_not_leave_its_target_set():
+    with pytest.raises(RuntimeError), platform.target(_devices("tpu")):
+        raise RuntimeError("lowering failed")
     assert platform.current() == "cpu"
