@@ -362,9 +362,9 @@ def _as_on_target(cls: type, tpu: bool, gpu: bool = False) -> type:
     fixed = {"DATA_SOURCE": "synthetic", "EVAL_NUM_BATCHES": 1}
     # Traced for the target (pax.models.platform), `auto` resolves as there; the kernel is
     # named here so that the plan records it.
-    if (tpu or gpu) and cls.ATTENTION_KERNEL == "auto":
-        usable = tpu and splash.usable(cls.SEQ_LEN)
-        fixed["ATTENTION_KERNEL"] = "splash" if usable else "xla"
+    if tpu or gpu:
+        target = "tpu" if tpu else "gpu"
+        fixed["ATTENTION_KERNEL"] = splash.resolve(cls.ATTENTION_KERNEL, cls.SEQ_LEN, target)
     return type(cls.__name__, (cls,), fixed)
 
 

@@ -64,9 +64,8 @@ class Sharded(nn.Module):
         `auto` where the backend is TPU and the sequence fits its blocks. A call on a length
         that does not fit them (a short input to init) runs the XLA form (attention.py)."""
         c = self.cfg
-        if c.attention_kernel == "auto":
-            return platform.current(self.mesh) == "tpu" and splash.usable(c.seq_len)
-        return c.attention_kernel == "splash"
+        kernel = splash.resolve(c.attention_kernel, c.seq_len, platform.current(self.mesh))
+        return kernel == "splash"
 
     def add_bias(self, y, b):
         return kernels.add_bias(y, b) if self.cpu_kernels else y + b

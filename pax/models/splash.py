@@ -31,6 +31,14 @@ def usable(length: int) -> bool:
     return length % LANES == 0
 
 
+def resolve(setting: str, length: int, platform_name: str) -> str:
+    """ATTENTION_KERNEL as a model of this length runs it on this platform: `auto` is splash on
+    a TPU where the length fits the kernel's blocks, else xla."""
+    if setting != "auto":
+        return setting
+    return "splash" if platform_name == "tpu" and usable(length) else "xla"
+
+
 def _kernel(groups: int, length: int, cap: float, block: int, interpret: bool):
     """One kv head's kernel: `groups` query heads over one key and value head (MQA form)."""
     block = next(b for b in (block, 256, LANES) if length % b == 0 and b <= length)
