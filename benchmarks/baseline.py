@@ -9,7 +9,9 @@ interpreted elsewhere) called as MaxText calls it (MaxText/layers/attention_op.p
 make_splash_mha over a causal mask per head, 512-square blocks), so the accelerator bench
 compares trainer and baseline at the same kernel. Its matmuls are the ones pax.train.mfu counts
 (tests/benchmarks/test_bench.py counts them in both programs); what that formula leaves out
-differs: learned positions here (the trainer: rotary), no logit caps.
+differs: learned positions here (the trainer: rotary). The experiment's soft caps on attention
+and output logits (cap * tanh(logits / cap)) are applied as jnp writes them, and passed to the
+splash kernel as its own soft cap.
 """
 
 import dataclasses
@@ -41,15 +43,22 @@ class Shape:
     dtype: str = "float32"  # activations; parameters and logits stay float32
     remat: str = "none"  # what each block keeps for the backward pass: REMAT_POLICIES
     attention: str = "xla"  # ATTENTION: the causal attention's kernel
+    attention_cap: float = 0.0  # soft cap on attention logits; 0: none
+    output_cap: float = 0.0  # soft cap on the output logits; 0: none
+
+
+def soft_cap(x, cap: float):
+    return cap * jnp.tanh(x / cap) if cap > 0 else x
 
 
 ATTENTION = ("xla", "splash")
 SPLASH_BLOCK = 512  # MaxText's default sa_block_* sizes
 
 
-def splash_causal(q, k, v):
+def splash_causal(q, k, v, cap: float = 0.0):
     """Causal attention of scaled queries q over k, v (batch, length, heads, dims) in jax's
-    splash kernel, one batch row at a time (vmap), every block size SPLASH_BLOCK or the length."""
+    splash kernel, one batch row at a time (vmap), every block size SPLASH_BLOCK or the length,
+    logits soft-capped at cap (none at 0)."""
     _, t, h, _ = q.shape
     block = min(SPLASH_BLOCK, t)
     sizes = splash.BlockSizes(
@@ -69,6 +78,7 @@ def splash_causal(q, k, v):
             head_shards=1,
             q_seq_shards=1,
             block_sizes=sizes,
+            attn_logits_soft_cap=cap or None,
             interpret=jax.default_backend() != "tpu",
         )
     out = jax.vmap(kernel)(*(a.transpose(0, 2, 1, 3) for a in (q, k, v)))
@@ -86,9 +96,11 @@ class Block(nn.Module):
         qkv = nn.Dense(3 * s.dims, use_bias=False, dtype=dt)(nn.LayerNorm(dtype=dt)(x))
         q, k, v = jnp.split(qkv.reshape(b, t, 3 * s.heads, d), 3, axis=2)
         if s.attention == "splash":
-            out = splash_causal(q * jnp.asarray(d**-0.5, dt), k, v).reshape(b, t, s.dims)
+            q = q * jnp.asarray(d**-0.5, dt)
+            out = splash_causal(q, k, v, s.attention_cap).reshape(b, t, s.dims)
         else:
             logits = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) * d**-0.5
+            logits = soft_cap(logits, s.attention_cap)
             logits = jnp.where(jnp.tril(jnp.ones((t, t), bool)), logits, -1e30)
             probs = jax.nn.softmax(logits, axis=-1).astype(dt)
             out = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, s.dims)
@@ -113,7 +125,8 @@ class Lm(nn.Module):
             block = nn.remat(Block, policy=REMAT_POLICIES[s.remat])
         for _ in range(s.layers):
             x = block(s)(x)
-        return embed.attend(nn.LayerNorm(dtype=dt)(x)).astype(jnp.float32)
+        logits = embed.attend(nn.LayerNorm(dtype=dt)(x)).astype(jnp.float32)
+        return soft_cap(logits, s.output_cap)
 
 
 def optimizer(

@@ -150,8 +150,8 @@ def input_pipeline_tokens_per_s(experiment_cls, batches: int, repeats: int) -> l
 
 
 def baseline_shape(cfg, attention: str = "xla") -> baseline.Shape:
-    """The independent baseline at the trainer's shapes, with the attention kernel given (one of
-    baseline.ATTENTION); it covers only what BenchLm uses."""
+    """The independent baseline at the trainer's shapes and logit caps, with the attention kernel
+    given (one of baseline.ATTENTION); it covers only what BenchLm uses."""
     plain = (
         cfg.num_kv_heads == cfg.num_heads
         and cfg.num_heads * cfg.dims_per_head == cfg.model_dims
@@ -173,6 +173,8 @@ def baseline_shape(cfg, attention: str = "xla") -> baseline.Shape:
         dtype=cfg.fprop_dtype,
         remat=cfg.remat_policy,
         attention=attention,
+        attention_cap=max(cfg.atten_logit_cap, 0.0),
+        output_cap=max(cfg.softmax_cap, 0.0),
     )
 
 

@@ -7,8 +7,8 @@ The model is Pax's 1B config (C4Spmd1BAdam4Replicas) cut to 6 layers, what one 1
 holds with Adam's state: 6 × 2560, FFN 10240, 20 heads of 128, vocab 32000, seq 1024, 0.55B
 parameters, bf16 activations, synthetic tokens. Each trainer setting (batch × remat policy ×
 attention kernel) is compiled and timed as `python -m pax.main` runs it
-(pax.train.compiled_step), and benchmarks/baseline.py (no pax code; the experiment's optimizer
-from optax's pieces) at the same batch, remat policy and attention kernel: einsum attention for
+(pax.train.compiled_step), and benchmarks/baseline.py (no pax code; the experiment's logit caps,
+and its optimizer from optax's pieces) at the same batch, remat policy and attention kernel: einsum attention for
 `xla`, jax's splash kernel for `splash` (`auto` is recorded as the kernel it picked). MFU is
 against the chip's dense bf16 peak from its data sheet (pax.train.mfu), by the project's FLOP
 count and with causal attention counted at half as MaxText counts it (`mfu_causal_half`); an

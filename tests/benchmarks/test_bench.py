@@ -209,17 +209,43 @@ def test_baseline_imports_nothing_from_pax():
     }
 
 
-def test_the_baselines_splash_kernel_trains_as_its_einsum_attention():
-    """jax's splash kernel (interpreted on CPU) and the einsum form under a causal mask: the
-    same losses over two steps of the same model, forward, backward and update."""
+@pytest.mark.parametrize("cap", [0.0, 0.05])
+def test_the_baselines_splash_kernel_trains_as_its_einsum_attention(cap):
+    """jax's splash kernel (interpreted on CPU, capping with its own attn_logits_soft_cap) and
+    the einsum form under a causal mask: the same losses over two steps of the same model,
+    forward, backward and update; a cap small enough to bind changes them."""
     shape = dict(vocab=256, layers=1, dims=256, hidden=512, heads=2, seq=128, dtype="float32")
     batches = tpu_bench.synthetic_batches(256, 2, 128)
     losses = {}
-    for kernel in baseline.ATTENTION:
-        run = baseline.Baseline(baseline.Shape(**shape, attention=kernel), batches)
+    for kernel, c in [*((k, cap) for k in baseline.ATTENTION), ("uncapped", 0.0)]:
+        attention = "xla" if kernel == "uncapped" else kernel
+        s = baseline.Shape(**shape, attention=attention, attention_cap=c)
+        run = baseline.Baseline(s, batches)
         losses[kernel] = [(run.interval(1), float(run.loss))[1] for _ in range(2)]
     assert losses["splash"] == pytest.approx(losses["xla"], rel=1e-5)
     assert losses["xla"][1] < losses["xla"][0]  # it trained
+    if cap:
+        assert losses["xla"][1] != pytest.approx(losses["uncapped"][1], rel=1e-4)
+
+
+def test_the_baseline_caps_logits_as_the_experiment_does():
+    """baseline_shape carries the experiment's ATTEN_LOGIT_CAP and SOFTMAX_CAP (paxml
+    tasks/lm/model_params.py TransformerLmSpmdAdafactor: 50 and 30); the output logits then stay
+    inside (-cap, cap)."""
+    cfg = bench.SmallBenchLm().task().model
+    s = bench.baseline_shape(dataclasses.replace(cfg, atten_logit_cap=50.0, softmax_cap=30.0))
+    assert (s.attention_cap, s.output_cap) == (50.0, 30.0)
+    assert bench.baseline_shape(dataclasses.replace(cfg, atten_logit_cap=-1.0)).attention_cap == 0
+    small = baseline.Shape(vocab=64, layers=1, dims=32, hidden=64, heads=2, seq=16, output_cap=0.2)
+    model = baseline.Lm(small)
+    tokens = jnp.arange(32).reshape(2, 16)
+    params = model.init(jax.random.key(0), tokens)
+    # Output logits of order 1 at init (the tied table's rows have norm ~1): the cap binds.
+    uncapped = baseline.Lm(dataclasses.replace(small, output_cap=0.0)).apply(params, tokens)
+    assert jnp.abs(uncapped).max() > 0.4
+    logits = model.apply(params, tokens)
+    assert jnp.abs(logits).max() <= 0.2
+    assert jnp.allclose(logits, 0.2 * jnp.tanh(uncapped / 0.2), atol=1e-6)
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "adamw"])
