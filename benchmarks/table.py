@@ -205,6 +205,21 @@ def _baseline_for(row: dict, kernel: str) -> tuple[str, dict]:
     return (kernel, base[kernel]) if kernel in base else ("xla", base["xla"])
 
 
+def _same_math(model: dict) -> str:
+    """What both sides of a record share beyond the shapes (a record from before the baseline
+    took the logit caps has none to name)."""
+    caps = model.get("baseline_logit_caps")
+    if caps is None:
+        return (
+            "the experiment's optimizer on both sides (the baseline's from optax's pieces; "
+            "the baseline without the logit caps)"
+        )
+    return (
+        f"the experiment's logit caps ({caps['attention']:g} on attention, {caps['output']:g} "
+        "on the output) and optimizer on both sides (the baseline's from optax's pieces)"
+    )
+
+
 def render_accelerator_table(records: list[dict]) -> str:
     """Markdown for the tpu_bench records: one row per (device, batch, remat, trainer kernel),
     each naming the kernel each side ran."""
@@ -234,8 +249,8 @@ def render_accelerator_table(records: list[dict]) -> str:
             f"Model: {model['layers']} × {model['model_dims']}, FFN {model['hidden_dims']}, "
             f"{model['heads']} heads, seq {model['seq']}, vocab {model['vocab']} "
             f"({model['experiment'].rsplit('.', 1)[-1]} with NUM_LAYERS={model['layers']}), "
-            f"bf16 activations, synthetic tokens, one chip, the experiment's optimizer on both "
-            f"sides (the baseline's from optax's pieces), {rec['steps']} timed steps per "
+            f"bf16 activations, synthetic tokens, one chip, {_same_math(model)}, "
+            f"{rec['steps']} timed steps per "
             f"setting; MFU against {rec['peak']['flops'] / 1e12:.0f} TFLOP/s "
             f"({rec['peak']['source']}) by the project's FLOP count, and in parentheses with "
             f"causal attention counted at half as MaxText counts it; an 8192³ bf16 matmul "

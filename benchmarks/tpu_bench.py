@@ -8,8 +8,9 @@ holds with Adam's state: 6 × 2560, FFN 10240, 20 heads of 128, vocab 32000, seq
 parameters, bf16 activations, synthetic tokens. Each trainer setting (batch × remat policy ×
 attention kernel) is compiled and timed as `python -m pax.main` runs it
 (pax.train.compiled_step), and benchmarks/baseline.py (no pax code; the experiment's logit caps,
-and its optimizer from optax's pieces) at the same batch, remat policy and attention kernel: einsum attention for
-`xla`, jax's splash kernel for `splash` (`auto` is recorded as the kernel it picked). MFU is
+and its optimizer from optax's pieces) at the same batch, remat policy and attention kernel:
+einsum attention for `xla`, jax's splash kernel for `splash` (`auto` is recorded as the kernel it
+picked). MFU is
 against the chip's dense bf16 peak from its data sheet (pax.train.mfu), by the project's FLOP
 count and with causal attention counted at half as MaxText counts it (`mfu_causal_half`); an
 8192³ bf16 matmul measured in the same run is printed beside it.
@@ -131,6 +132,10 @@ def measure(args) -> dict:
                     "heads": cfg.num_heads,
                     "seq": cfg.seq_len,
                     "vocab": cfg.vocab_size,
+                    "baseline_logit_caps": {
+                        "attention": baseline_shape(cfg).attention_cap,
+                        "output": baseline_shape(cfg).output_cap,
+                    },
                 },
             }
             row = {

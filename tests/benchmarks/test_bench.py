@@ -393,7 +393,7 @@ def test_gpu_bench_without_a_gpu_says_so_and_exits_2(capsys):
 
 # Slow tier: two compiles of each loop; the fast tier checks the recorded run's table.
 @pytest.mark.slow
-def test_the_accelerator_bench_checks_itself_end_to_end_on_cpu(capsys):
+def test_the_accelerator_bench_checks_itself_end_to_end_on_cpu(capsys, tmp_path):
     """tpu_bench --dry-run: the trainer's compiled step (XLA and the interpreted splash kernel)
     and the baseline at a tiny size, with the summary against the targets; without --dry-run
     on a CPU it is a usage error."""
@@ -402,8 +402,11 @@ def test_the_accelerator_bench_checks_itself_end_to_end_on_cpu(capsys):
     assert tpu_bench.main(["--batch", "1"]) == 2
     assert "no accelerator here" in capsys.readouterr().err
     args = ["--dry-run", "--batch", "2", "--remat", "full", "--attention", "xla", "splash"]
-    assert tpu_bench.main([*args, "--steps", "2"]) == 0
+    assert tpu_bench.main([*args, "--steps", "2", "--json", str(tmp_path / "r.json")]) == 0
     out = capsys.readouterr().out
+    # The baseline ran the experiment's caps (paxml TransformerLmSpmdAdafactor: 50 and 30).
+    caps = json.loads((tmp_path / "r.json").read_text())["model"]["baseline_logit_caps"]
+    assert caps == {"attention": 50.0, "output": 30.0}
     assert out.count("trainer / baseline") == 2
     assert "baseline xla" in out and "baseline splash" in out  # each side at each kernel
     assert "best MFU" in out and "causal attention at half" in out and "loss nan" not in out
@@ -518,3 +521,7 @@ def test_each_accelerator_row_names_the_kernel_each_side_ran():
     assert lines[3].split("|")[8].strip() == "0.962"
     assert "| 8 | full | splash | 300 ms, MFU 50.0% (48.0%) | xla | 310 ms," in lines[4]
     assert "causal attention counted at half as MaxText counts it" in lines[-1]
+    assert "the baseline without the logit caps" in lines[-1]  # a record that predates them
+    rec["model"]["baseline_logit_caps"] = {"attention": 50.0, "output": 30.0}
+    footnote = table.render_accelerator_table([rec]).splitlines()[-1]
+    assert "logit caps (50 on attention, 30 on the output) and optimizer on both sides" in footnote
