@@ -10,10 +10,9 @@ attention kernel) is compiled and timed as `python -m pax.main` runs it
 (pax.train.compiled_step), and benchmarks/baseline.py (no pax code; the experiment's logit caps,
 and its optimizer from optax's pieces) at the same batch, remat policy and attention kernel:
 einsum attention for `xla`, jax's splash kernel for `splash` (`auto` is recorded as the kernel it
-picked). MFU is
-against the chip's dense bf16 peak from its data sheet (pax.train.mfu), by the project's FLOP
-count and with causal attention counted at half as MaxText counts it (`mfu_causal_half`); an
-8192³ bf16 matmul measured in the same run is printed beside it.
+picked). MFU is against the chip's dense bf16 peak from its data sheet (pax.train.mfu), by the
+project's FLOP count and with causal attention counted at half as MaxText counts it
+(`mfu_causal_half`); an 8192³ bf16 matmul measured in the same run is printed beside it.
 A setting that does not fit in memory is reported as such. --profile traces the first setting
 of the trainer and of the baseline and prints where each spends its time (benchmarks/profile.py).
 
@@ -122,6 +121,7 @@ def measure(args) -> dict:
             task = experiment("xla").task()
             cfg = task.model
             flops = (mfu.flops_per_step(cfg, batch), mfu.flops_per_step(cfg, batch, True))
+            base = baseline_shape(cfg)  # the logit caps the baseline runs
             info = {
                 "model": {
                     "experiment": EXPERIMENT,
@@ -133,8 +133,8 @@ def measure(args) -> dict:
                     "seq": cfg.seq_len,
                     "vocab": cfg.vocab_size,
                     "baseline_logit_caps": {
-                        "attention": baseline_shape(cfg).attention_cap,
-                        "output": baseline_shape(cfg).output_cap,
+                        "attention": base.attention_cap,
+                        "output": base.output_cap,
                     },
                 },
             }
