@@ -348,7 +348,7 @@ def write_sample_shards(
     docs_per_shard: int = 64,
     seed: int = 0,
 ) -> list[str]:
-    """C4-format shards of English text (CPython's pydoc topics, cut into documents of 1-8
+    """C4-format shards of English text (the embedded corpus, cut into documents of 1-8
     paragraphs), for tests, benchmarks and trying the C4 experiments without C4."""
     paragraphs = [p.strip() for p in embedded_text().split("\n\n") if p.strip()]
     rng = np.random.default_rng(seed)
