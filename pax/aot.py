@@ -620,7 +620,7 @@ def _compile_on_this_host(devices: int, gpu: bool = False) -> None:
     # beside a training run on a TPU host).
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     if gpu:
-        os.environ["XLA_FLAGS"] = f"{xla_flags.value()} {os.environ['XLA_FLAGS']}"
+        os.environ["XLA_FLAGS"] = xla_flags.with_user_flags(os.environ["XLA_FLAGS"])
         gpu_targets.compile_only()
     _one_worker_without_chips()
 
