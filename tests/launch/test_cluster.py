@@ -230,12 +230,18 @@ def test_overrides_reach_the_manifest_verbatim():
     ],
 )
 def test_tpu_slices_as_cloud_tpu_names_them(slice_name, accelerator, chips, topology):
-    assert cluster.tpu_slice(slice_name) == (accelerator, chips, topology)
+    found = cluster.tpu_slice(slice_name)
+    assert (found.name, found.generation.gke, found.chips, found.topology) == (
+        slice_name,
+        accelerator,
+        chips,
+        topology,
+    )
 
 
-@pytest.mark.parametrize("slice_name", ["v3-8", "v4-4", "v4-48", "v4", "tpu-64"])
+@pytest.mark.parametrize("slice_name", ["v3-8", "v4-4", "v4-48", "v4", "tpu-64", "v5litepod-1"])
 def test_tpu_slices_it_cannot_place(slice_name):
-    with pytest.raises(UsageError, match=r"TPU slice"):
+    with pytest.raises(UsageError, match=r"TPU slice|names no size"):
         cluster.tpu_slice(slice_name)
 
 
