@@ -8,8 +8,9 @@
 # Python: $PAX_PYTHON if set; else the release's pinned env .venv/pax-<RELEASE>-gpu (-cpu on a
 # machine without an NVIDIA GPU), built by ./noxw from releases/<RELEASE>/<platform>.txt and
 # checked against that lock here. Nothing is installed or fetched, but the env WANT_PLATFORM
-# names where it is missing. XLA_FLAGS: the GPU image's defaults (pax/launch/xla_flags.py)
-# unless set. RELEASE defaults to the newest cut release.
+# names where it is missing. XLA_FLAGS: the GPU image's defaults (pax/launch/xla_flags.py),
+# then the caller's XLA_FLAGS, whose flags win (XLA takes a flag's last value). RELEASE defaults
+# to the newest cut release.
 
 RELEASE=""
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then RELEASE="$1"; shift; fi
@@ -54,10 +55,12 @@ else
   PYTHON="$ENV_DIR/bin/python"
 fi
 
-if [ -z "${XLA_FLAGS+x}" ]; then
-  XLA_FLAGS="$(cd "$ROOT" && PYTHONPATH="$ROOT" "$PYTHON" -m pax.launch.xla_flags)"
-  [ -n "$XLA_FLAGS" ] || die "no XLA_FLAGS default from pax/launch/xla_flags.py"
-  export XLA_FLAGS
-fi
+GPU_XLA_FLAGS="$(cd "$ROOT" && PYTHONPATH="$ROOT" "$PYTHON" -m pax.launch.xla_flags)"
+[ -n "$GPU_XLA_FLAGS" ] || die "no XLA_FLAGS default from pax/launch/xla_flags.py"
+case "${XLA_FLAGS-}" in
+  "$GPU_XLA_FLAGS"*) ;;  # started from a gpu session, which set them already
+  *) XLA_FLAGS="$GPU_XLA_FLAGS${XLA_FLAGS:+ $XLA_FLAGS}" ;;
+esac
+export XLA_FLAGS
 echo "$TOOL: release $RELEASE, platform $PLATFORM, python $PYTHON"
 echo "$TOOL: XLA_FLAGS=$XLA_FLAGS"

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from pax.errors import ExitingArgumentParser, UsageError, report
 from pax.experiments import overrides, registry
-from pax.launch import xla_flags
+from pax.launch import plans, tpu_slices, xla_flags
 from pax.parallel import gpu_targets
 from pax.paths import ROOT
 from pax.releases import readme
@@ -53,27 +53,21 @@ START, END = "<!-- aot-table:start -->", "<!-- aot-table:end -->"
 
 @dataclasses.dataclass(frozen=True)
 class Generation:
+    """What the TPU compiler needs of a generation besides its slices' names and shapes
+    (pax.launch.tpu_slices)."""
+
     label: str
     hbm_bytes: int  # per chip
     chip_config: str  # v4's two TensorCores act as one device ("megacore")
-    topologies: dict  # chips -> get_topology_desc's shape
+    max_chips: int  # the largest slice planned here
     wrap: dict  # chips -> wrap-around links per dimension, where the slice has them
 
 
+# Keyed by the chip's name (tpu_slices.Generation.chip).
 GENERATIONS = {
-    "v4": Generation(
-        "TPU v4",
-        32 * GIB,
-        "megacore",
-        {1: "1x1x1", 4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8"},
-        {64: (True, True, True), 128: (True, True, True)},
-    ),
+    "v4": Generation("TPU v4", 32 * GIB, "megacore", 128, {64: (True,) * 3, 128: (True,) * 3}),
     "v5e": Generation(
-        "TPU v5e",
-        16 * GIB,
-        "default",
-        {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"},
-        {128: (False, True, False), 256: (True, True, False)},
+        "TPU v5e", 16 * GIB, "default", 256, {128: (False, True, False), 256: (True, True, False)}
     ),
 }
 PAX_GENERATION = "v4"  # where Pax ran its reference experiments (v4-8, the 16B on a v4-64)
@@ -89,13 +83,17 @@ class Slice:
         return GENERATIONS[self.generation]
 
     @property
+    def cloud(self) -> tpu_slices.Slice:
+        return tpu_slices.parse(self.generation).sized(self.chips)
+
+    @property
     def name(self) -> str:
-        """Cloud's name: v4 slices count TensorCores (two a chip), v5e slices count chips."""
-        return f"v4-{2 * self.chips}" if self.generation == "v4" else f"v5e-{self.chips}"
+        """The canonical name, Cloud TPU's accelerator type: v4-64 (TensorCores), v5litepod-32."""
+        return self.cloud.name
 
     @property
     def topology(self) -> str:
-        return f"{self.generation}:{self.gen.topologies[self.chips]}"
+        return f"{self.generation}:{self.cloud.topology}"
 
     @property
     def label(self) -> str:
@@ -156,12 +154,27 @@ def slice_for(generation: str, chips: int) -> Slice | GpuNodes:
     gen = GENERATIONS.get(generation)
     if gen is None:
         raise UsageError(f"unknown TPU generation {generation!r}; one of {', '.join(GENERATIONS)}")
-    if chips not in gen.topologies:
+    if chips > gen.max_chips or (chips != 1 and (chips < 4 or chips & (chips - 1))):
         raise UsageError(
-            f"no {gen.label} slice of {chips} chips here; slices of "
-            f"{', '.join(map(str, gen.topologies))} chips (change ICI_MESH_SHAPE)"
+            f"no {gen.label} slice of {chips} chips here; slices of 1 chip or a power of two "
+            f"from 4 to {gen.max_chips} (change ICI_MESH_SHAPE)"
         )
     return Slice(generation, chips)
+
+
+def tpu_option(text: str) -> tpu_slices.Slice:
+    """--tpu's value: a generation or a slice in any of pax.launch.tpu_slices' spellings, of a
+    generation planned here."""
+    try:
+        found = tpu_slices.parse(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if found.generation.chip not in GENERATIONS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a TPU {found.generation.chip}; plans are made for TPU "
+            f"{', '.join(GENERATIONS)} here"
+        )
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +186,7 @@ class Plan:
     sets: tuple = ()
     # Why a plan is not expected to fit (None: expected to fit; a miss then fails the command).
     expect_not_to_fit: str | None = None
+    chips: int | None = None  # --tpu named a slice, which the mesh must fill
 
 
 ONE_CHIP = ("ICI_MESH_SHAPE=(1,1,1)",)
@@ -451,7 +465,7 @@ def render_table(rows: list[dict]) -> str:
                 f"microbatches, bubble {r['pipeline']['bubble_fraction']:.1%})"
             )
         t = r["target"]
-        where = f"{t['slice']} ({r['devices']})"
+        where = f"{_slice(r)} ({r['devices']})"
         if t.get("topology"):
             where += f", `{t['topology']}`"
         native = r["compiler"] != "XLA:CPU"
@@ -488,7 +502,7 @@ def _report(r: dict) -> str:
         else ""
     )
     t = r["target"]
-    where = f"{t['slice']} ({t['topology']})" if t["topology"] else t["slice"]
+    where = f"{_slice(r)} ({t['topology']})" if t["topology"] else _slice(r)
     verdict = "fits" if r["fits"] else "does NOT fit"
     sets = "".join(f" --set {s}" for s in r["sets"])
     return (
@@ -499,15 +513,22 @@ def _report(r: dict) -> str:
     )
 
 
+def _slice(record: dict) -> str:
+    """The slice a record planned for, a TPU's under its canonical name however it was recorded."""
+    return plans.slice_name(record) or record["target"]["slice"]
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = ExitingArgumentParser(prog="python -m pax.aot", description=__doc__.splitlines()[0])
     parser.add_argument("experiments", nargs="*", help="default: every Pax reference experiment")
     parser.add_argument(
         "--tpu",
         action="append",
-        choices=sorted(GENERATIONS),
-        help="TPU generation to plan for (repeatable; default: v4 and v5e); the slice has as "
-        "many chips as the experiment's mesh",
+        type=tpu_option,
+        metavar="TPU",
+        help="TPU to plan for (repeatable; default: v4 and v5e): a generation (v5e, v5litepod, "
+        "tpu-v5-lite-podslice), whose slice has as many chips as the experiment's mesh, or a "
+        "slice the mesh fills (v5litepod-32, v5e-32), spelled as `./noxw -s cluster` takes them",
     )
     parser.add_argument(
         "--gpu",
@@ -546,7 +567,14 @@ def main(argv=None) -> int:
         sizes = []
         for plan in plans:
             sizes.append(_mesh_size(_experiment(plan)))
-            slice_for(plan.generation, sizes[-1])
+            target = slice_for(plan.generation, sizes[-1])
+            if plan.chips not in (None, sizes[-1]):
+                asked = tpu_slices.parse(plan.generation).sized(plan.chips).name
+                raise UsageError(
+                    f"--tpu {asked} has {plan.chips} chips; {plan.experiment.rsplit('.', 1)[-1]}'s "
+                    f"mesh has {sizes[-1]}: use --tpu {target.name} (or --tpu {plan.generation}, "
+                    "the slice the mesh fills), or change ICI_MESH_SHAPE"
+                )
     except UsageError as e:
         return report("pax aot", e)
     if "jax" in sys.modules:
@@ -588,8 +616,13 @@ def _plans(args, native: dict[str, bool]) -> list[Plan]:
         here = [p for p, ok in native.items() if ok] or list(native)
         plans = reference_plans() + list(GPU_PLANS)
         return [p for p in plans if platform_of(p.generation) in here]
-    targets = (args.tpu or []) + (args.gpu or []) or ["v4", "v5e"]
-    return [Plan(name, t, tuple(args.set)) for name in args.experiments for t in targets]
+    tpus = [(s.generation.chip, s.chips) for s in args.tpu or []]
+    targets = tpus + [(gpu, None) for gpu in args.gpu or []] or [("v4", None), ("v5e", None)]
+    return [
+        Plan(name, target, tuple(args.set), chips=chips)
+        for name in args.experiments
+        for target, chips in targets
+    ]
 
 
 def _say_fallbacks(native: dict[str, bool], platforms: set[str], cpu: bool) -> None:
@@ -620,7 +653,7 @@ def _compile_on_this_host(devices: int, gpu: bool = False) -> None:
     # beside a training run on a TPU host).
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     if gpu:
-        os.environ["XLA_FLAGS"] = f"{xla_flags.value()} {os.environ['XLA_FLAGS']}"
+        os.environ["XLA_FLAGS"] = xla_flags.with_user_flags(os.environ["XLA_FLAGS"])
         gpu_targets.compile_only()
     _one_worker_without_chips()
 

@@ -49,14 +49,15 @@ def _one(rows):
 
 
 def test_without_libtpu_xla_cpu_plans_the_tiny_experiment_as_an_upper_bound(tmp_path):
-    rows, result = _aot(tmp_path / "aot.json", TINY, "--tpu", "v5e", "--cpu")
+    # The slice in the short spelling: recorded under Cloud TPU's name.
+    rows, result = _aot(tmp_path / "aot.json", TINY, "--tpu", "v5e-1", "--cpu")
     row = _one(rows)
     assert row["compiler"] == "XLA:CPU" and row["target"]["topology"] is None
-    assert row["target"]["slice"] == "v5e-1" and row["target"]["hbm_bytes"] == 16 * 2**30
+    assert row["target"]["slice"] == "v5litepod-1" and row["target"]["hbm_bytes"] == 16 * 2**30
     assert row["params"] > 0 and row["devices"] == 1 and row["fits"]
     assert 0 < row["per_device_bytes"] <= 16 * 2**30
     assert set(row["mesh"]) == {"replica", "data", "mdl"}
-    assert "XLA:CPU plan for v5e-1:" in result.stdout
+    assert "XLA:CPU plan for v5litepod-1:" in result.stdout
 
 
 def test_the_cpu_env_falls_back_to_xla_cpu_and_says_so(tmp_path):
@@ -78,7 +79,7 @@ def test_the_tpu_compiler_plans_the_tiny_experiment_for_one_v5e_chip(tmp_path):
     assert row["compiler"].startswith("TPU (libtpu ")
     assert row["target"] == {
         "generation": "TPU v5e",
-        "slice": "v5e-1",
+        "slice": "v5litepod-1",
         "topology": "v5e:1x1",
         "hbm_bytes": 16 * 2**30,
     }
@@ -128,7 +129,7 @@ def test_slices_are_named_as_cloud_names_them():
     assert aot.slice_for("v4", 4).name == "v4-8"  # Cloud counts v4 TensorCores, two a chip
     assert aot.slice_for("v4", 32).topology == "v4:2x4x4"  # Pax's 16B ran on a v4-64
     assert aot.slice_for("v5e", 256).topology == "v5e:16x16"
-    assert aot.slice_for("v5e", 1).name == "v5e-1"
+    assert aot.slice_for("v5e", 1).name == "v5litepod-1"
     with pytest.raises(aot.UsageError, match="no TPU v5e slice of 3 chips"):
         aot.slice_for("v5e", 3)
 

@@ -1,9 +1,10 @@
-"""Blocks rendered from sources outside the releases: the GPU XLA flags (pax.launch.xla_flags)
-and the reference bands (pax.curves). `refresh` hands them to pax.releases.readme, which owns
+"""Blocks rendered from sources outside the releases: the GPU XLA flags (pax.launch.xla_flags),
+the TPU slice names (pax.launch.tpu_slices) and the reference bands (pax.curves). `refresh` hands them to pax.releases.readme, which owns
 the marker mechanism and its own blocks (releases table, support matrix, changelog pins).
 
     <!-- gpu-xla-flags:start -->          the flags, why each, the value (docs pages)
     # gpu-xla-flags:start                 Dockerfile.gpu's ENV line
+    <!-- tpu-slices:start -->             the TPU slice names --tpu takes (docs/parallelism.md)
     <!-- reference-band:NAME:start -->    a band's checks, limit and calibration verdicts
 """
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from pax.curves import judge_recorded, load_reference, reference_names
 from pax.curves.stats import tolerance
-from pax.launch import xla_flags
+from pax.launch import tpu_slices, xla_flags
 from pax.releases import readme
 
 
@@ -85,6 +86,7 @@ def generated() -> list[tuple[str, str, str]]:
     """(text, start, end) of every block this module renders."""
     blocks = [
         (xla_flags.docs_table(), xla_flags.DOCS_START, xla_flags.DOCS_END),
+        (tpu_slices.docs_table(), tpu_slices.DOCS_START, tpu_slices.DOCS_END),
         (xla_flags.dockerfile_block(), xla_flags.DOCKERFILE_START, xla_flags.DOCKERFILE_END),
     ]
     blocks += [(render_band(name), *band_markers(name)) for name in reference_names()]

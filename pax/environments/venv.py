@@ -23,6 +23,7 @@ from pathlib import Path
 from pax import envinfo, lockfile, paths
 from pax.environments.install import install_lock, pip_check
 from pax.errors import PaxError, last_line
+from pax.launch import xla_flags
 from pax.pip import make_venv
 from pax.releases.catalog import Release
 
@@ -49,12 +50,17 @@ class Env:
 
     def session_env(self, root: Path | None = None) -> dict[str, str]:
         """Variables a session exports. Not the PAX_RELEASE family: the env's identity file says
-        which release it is, so a session's run records what a direct run records."""
-        return {
+        which release it is, so a session's run records what a direct run records. The gpu env's
+        add the GPU image's XLA flags with the environment's own XLA_FLAGS after them
+        (pax.launch.xla_flags.with_user_flags): without them XLA leaves FP8 dots to Triton."""
+        variables = {
             "PYTHONPATH": str((root or paths.ROOT).resolve()),
             "VIRTUAL_ENV": str(self.path),
             "PATH": f"{self.path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
         }
+        if self.platform == "gpu":
+            variables["XLA_FLAGS"] = xla_flags.with_user_flags(os.environ.get("XLA_FLAGS"))
+        return variables
 
 
 def env_path(release: Release, platform: str, root: Path | None = None) -> Path:

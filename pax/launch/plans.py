@@ -13,16 +13,21 @@ import json
 from pathlib import Path
 
 from pax import paths
+from pax.errors import UsageError
+from pax.launch import tpu_slices
 
 AOT_JSON = paths.ROOT / "docs" / "aot.json"
-# Cloud TPU names v5e slices v5litepod-N (chips); aot's records name them v5e-N.
-_AOT_GENERATION = {"v5litepod": "v5e"}
 
 
-def aot_slice(name: str) -> str:
-    """`v5litepod-32` -> `v5e-32`, as aot's records name the slice; others are spelled alike."""
-    generation, _, size = name.rpartition("-")
-    return f"{_AOT_GENERATION.get(generation, generation)}-{size}"
+def slice_name(record: dict) -> str | None:
+    """The canonical name (pax.launch.tpu_slices) of the TPU slice a record of aot's planned
+    for, whichever spelling it was recorded under; None for a GPU plan."""
+    if record.get("platform", "tpu") != "tpu":
+        return None
+    try:
+        return tpu_slices.parse(record["target"]["slice"]).name
+    except UsageError:
+        return None
 
 
 def records(path: Path | None = None) -> list[dict]:
@@ -38,17 +43,18 @@ def warning(
 ) -> str | None:
     """None when a recorded TPU plan of `exp` with `sets` on this slice and topology fits; else
     what is known, and the command that plans it."""
-    name, generation = aot_slice(tpu_slice), aot_slice(tpu_slice).rpartition("-")[0]
+    found = tpu_slices.parse(tpu_slice)
+    generation = found.generation.chip
     plans = [
         r
         for r in records(path)
         if r["experiment"] == exp
         and sorted(r.get("sets", [])) == sorted(sets)
-        and r["target"]["slice"] == name
+        and slice_name(r) == found.name
         and (r["target"].get("topology") or "").startswith(f"{generation}:")
     ]
     short = exp.rsplit(".", 1)[-1]
-    check = f"./noxw -s aot -- {short}{''.join(f' --set {s}' for s in sets)} --tpu {generation}"
+    check = f"./noxw -s aot -- {short}{''.join(f' --set {s}' for s in sets)} --tpu {found.name}"
     if not plans:
         return (
             f"{short} on {tpu_slice} (topology {topology}) is not known to work: no TPU plan of "

@@ -20,7 +20,7 @@ from pathlib import Path
 from pax.errors import UsageError
 from pax.experiments import overrides  # jax-free: classes of numbers
 from pax.experiments import registry as experiments
-from pax.launch import xla_flags
+from pax.launch import tpu_slices, xla_flags
 from pax.releases import catalog as dist_release
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -30,15 +30,7 @@ TARGETS = {
     "gpu": ("jobset-gpu.yaml", "gpu"),
     "slurm": ("slurm.sbatch", "gpu"),
 }
-CHIPS_PER_TPU_HOST = 4  # every multi-host TPU VM below: v4, v5p, v5e, v6e
-# Cloud TPU generation (as slice names spell it) -> GKE accelerator label, TensorCores counted
-# per chip in the slice name (v4-64 is 32 chips), topology rank.
-TPU_GENERATIONS = {
-    "v4": ("tpu-v4-podslice", 2, 3),
-    "v5p": ("tpu-v5p-slice", 2, 3),
-    "v5litepod": ("tpu-v5-lite-podslice", 1, 2),
-    "v6e": ("tpu-v6e-slice", 1, 2),
-}
+CHIPS_PER_TPU_HOST = 4  # every multi-host TPU VM of pax.launch.tpu_slices: v4, v5p, v5e, v6e
 COORDINATOR_PORT = 8482  # jax's own default for TPU coordinators
 RUNS_MOUNT = "/runs"  # where the JobSets mount the shared volume
 _NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -54,29 +46,22 @@ _IMAGE_REGISTRY_RE = re.compile(r"[\w.-]+(:\d+)?(/[\w.-]+)*")
 _PLACEHOLDER_RE = re.compile(r"\{\{(\w+)\}\}")
 
 
-def tpu_slice(name: str) -> tuple[str, int, str]:
-    """`v4-64` -> (GKE accelerator, chips, topology): ('tpu-v4-podslice', 32, '2x4x4')."""
-    generation, _, size = name.rpartition("-")
-    if generation not in TPU_GENERATIONS or not size.isdigit():
+def tpu_slice(name: str, devices: int | None = None) -> tpu_slices.Slice:
+    """--tpu in any of pax.launch.tpu_slices' spellings -> the slice a JobSet asks for; a
+    generation alone is the slice of `devices` chips. UsageError for what the JobSet cannot
+    place: less than a whole host."""
+    found = tpu_slices.parse(name)
+    if found.chips is None:
+        if devices is None:
+            raise UsageError(f"--tpu={name} names no size and the mesh none; e.g. --tpu={name}-8")
+        found = found.sized(devices)
+    if found.chips < CHIPS_PER_TPU_HOST:
+        bigger = found.sized(2 * CHIPS_PER_TPU_HOST)
         raise UsageError(
-            f"unknown TPU slice {name!r}: write GENERATION-SIZE with generation "
-            f"{', '.join(TPU_GENERATIONS)}, e.g. --tpu=v4-64"
+            f"TPU slice {name!r} has {found.chips} chips; these manifests take whole hosts of "
+            f"{CHIPS_PER_TPU_HOST} chips, e.g. --tpu={bigger.name}"
         )
-    accelerator, cores_per_chip, rank = TPU_GENERATIONS[generation]
-    chips = int(size) // cores_per_chip
-    if chips < CHIPS_PER_TPU_HOST or chips & (chips - 1):
-        raise UsageError(
-            f"TPU slice {name!r} has {chips} chips; these manifests take whole hosts "
-            f"of {CHIPS_PER_TPU_HOST} chips in power-of-two slices, e.g. --tpu="
-            f"{generation}-{CHIPS_PER_TPU_HOST * cores_per_chip * 2}"
-        )
-    # One host is 2x2(x1); each doubling grows the smallest axis, the last one among equals,
-    # which gives Cloud TPU's shapes (v4: 2x2x2, 2x2x4, 2x4x4, 4x4x4, ...; v5e: 2x4, 4x4, ...).
-    dims = [2, 2, 1][:rank]
-    while math.prod(dims) < chips:
-        smallest = min(dims)
-        dims[max(i for i, d in enumerate(dims) if d == smallest)] *= 2
-    return accelerator, chips, "x".join(map(str, dims))
+    return found
 
 
 def check_jobset_name(name: str, hosts: int) -> None:
@@ -146,32 +131,30 @@ def _tpu_values(
 ) -> dict:
     if dcn > 1:
         raise UsageError(f"{exp} spans several slices (DCN_MESH_SHAPE); this JobSet runs one")
-    if tpu is None:
-        if devices is None:
-            raise UsageError(
-                f"{exp} has no mesh (data-parallel over any number of chips): "
-                f"choose the slice, e.g. --tpu=v4-8"
-            )
-        tpu = f"v4-{2 * devices}"  # Pax ran its reference experiments on v4
-    accelerator, chips, topology = tpu_slice(tpu)
-    if devices is not None and chips != devices:
+    if tpu is None and devices is None:
         raise UsageError(
-            f"{exp}'s mesh needs {devices} chips but {tpu} has {chips}: use "
-            f"--tpu=v4-{2 * devices}, or override the mesh with --set "
+            f"{exp} has no mesh (data-parallel over any number of chips): "
+            f"choose the slice, e.g. --tpu=v4-8"
+        )
+    found = tpu_slice(tpu or "v4", devices)  # Pax ran its reference experiments on v4
+    if devices is not None and found.chips != devices:
+        raise UsageError(
+            f"{exp}'s mesh needs {devices} chips but {tpu} has {found.chips}: use "
+            f"--tpu={found.sized(devices).name}, or override the mesh with --set "
             f"'ICI_MESH_SHAPE=[...]'"
         )
-    if hosts is not None and hosts * CHIPS_PER_TPU_HOST != chips:
+    if hosts is not None and hosts * CHIPS_PER_TPU_HOST != found.chips:
         raise UsageError(
-            f"--hosts={hosts} disagrees with --tpu={tpu}: "
-            f"{chips // CHIPS_PER_TPU_HOST} hosts of {CHIPS_PER_TPU_HOST} chips; "
+            f"--hosts={hosts} disagrees with --tpu={found.name}: "
+            f"{found.chips // CHIPS_PER_TPU_HOST} hosts of {CHIPS_PER_TPU_HOST} chips; "
             f"drop --hosts"
         )
     return dict(
-        tpu_slice=tpu,
-        tpu_accelerator=accelerator,
-        tpu_topology=topology,
+        tpu_slice=found.name,
+        tpu_accelerator=found.generation.gke,
+        tpu_topology=found.topology,
         chips_per_host=CHIPS_PER_TPU_HOST,
-        hosts=chips // CHIPS_PER_TPU_HOST,
+        hosts=found.chips // CHIPS_PER_TPU_HOST,
     )
 
 

@@ -1,11 +1,15 @@
-"""The XLA flags a GPU run of pax starts with: the one list Dockerfile.gpu, the cluster
-templates (pax.launch), ci/pinned-python.sh and the docs take them from.
+"""The XLA flags a GPU run of pax starts with: the one list the gpu env's sessions
+(pax.environments.venv), Dockerfile.gpu, the cluster templates (pax.launch), ci/pinned-python.sh
+and the docs take them from.
 
     python -m pax.launch.xla_flags          the XLA_FLAGS value, one line
 
 Every flag exists in the XLA of the pinned jaxlib on CPU as well, where XLA aborts on an
-unknown flag, so the same value is safe on a GPU image's CPU fallback. A user overrides them by
-setting XLA_FLAGS (`docker run -e XLA_FLAGS=...`, or in the environment of a Slurm job).
+unknown flag, so the same value is safe on a GPU image's CPU fallback (and in the tests, which
+add their virtual CPU devices to it). Where pax starts the process (the sessions, the ci scripts,
+the Slurm script) a user's own XLA_FLAGS come after these (`with_user_flags`): XLA takes the last
+value of a flag given twice, so theirs win flag by flag. The image's ENV is Docker's: `docker
+run -e XLA_FLAGS=...` replaces the whole value.
 """
 
 from __future__ import annotations
@@ -43,6 +47,16 @@ DOCS_END = "<!-- gpu-xla-flags:end -->"
 def value() -> str:
     """The XLA_FLAGS value: the flags, space-separated."""
     return " ".join(flag for flag, _ in GPU_XLA_FLAGS)
+
+
+def with_user_flags(user: str | None) -> str:
+    """XLA_FLAGS for a GPU process: these, then `user`'s (the environment's XLA_FLAGS), which
+    win where they set a flag again. A value that already starts with these is kept as it is, so
+    a process started from a session that set them does not repeat them."""
+    user = (user or "").strip()
+    if user.startswith(value()):
+        return user
+    return f"{value()} {user}".strip()
 
 
 def dockerfile_block() -> str:

@@ -111,7 +111,8 @@ def _gemm_problems(fp8: dict, rewrite_expected: bool) -> list[str]:
         return [
             f"XLA rewrote {fp8['f8_gemms']} of the FP8 step's {fp8['f8_dots_lowered']} FP8 "
             "dot_generals into cuBLASLt FP8 GEMMs; the rest run as other kernels (check "
-            "XLA_FLAGS: pax/launch/xla_flags.py holds the GPU image's)"
+            "XLA_FLAGS: the gpu env's sessions, ci/gpu_check.sh and the image take theirs from "
+            "pax/launch/xla_flags.py)"
         ]
     return []
 

@@ -12,6 +12,10 @@ Which environment is pax.envinfo's answer: the identity file a pinned env or ima
 hand from `.venv/pax-<release>-<platform>/bin/python` records the same), PAX_RELEASE /
 PAX_PLATFORM / PAX_LOCKFILE / PAX_LOCK_SHA256 overriding it, and the drift of the installed set
 from the lock (or, unpinned, from the nearest release lock) under `env`.
+
+`xla_flags` holds the XLA_FLAGS and LIBTPU_INIT_ARGS the process started with (null where
+unset): XLA's options change what a run computes (which kernels, which fusions, FP8 GEMMs or
+not), and neither the lock nor the image fixes them.
 """
 
 import datetime
@@ -28,6 +32,8 @@ FILE = "manifest.json"
 # The flag that lets a run continue under another release or lock (pax.main defines it).
 ALLOW_FLAG = "--allow_env_change"
 
+# The variables XLA reads its options from: every backend's, and libtpu's on a TPU.
+XLA_VARIABLES = ("XLA_FLAGS", "LIBTPU_INIT_ARGS")
 HEADLINE_PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "tensorstore", "numpy")
 
 
@@ -58,6 +64,7 @@ def environment(devices, mesh, peak: dict, env: dict | None = None) -> dict:
         "platform": platform.platform(),
         "headline_packages": {name: packages.get(name) for name in HEADLINE_PACKAGES},
         "packages": dict(sorted(packages.items())),
+        "xla_flags": {name: os.environ.get(name) for name in XLA_VARIABLES},
         "devices": {
             "platform": devices[0].platform,
             "device_kind": devices[0].device_kind,
@@ -91,6 +98,7 @@ def segment(described: dict, mode: str, from_step: int) -> dict:
         "env_state": env["state"],
         "differences": env["differences"],
         "headline_packages": described["headline_packages"],
+        "xla_flags": described["xla_flags"],
         "devices": described["devices"],
         "mesh": described["mesh"],
         "peak_flops": described["peak_flops"],

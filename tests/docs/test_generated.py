@@ -100,7 +100,7 @@ def test_launch_templates_take_the_gpu_flags_from_the_module(target):
     if target == "gpu":
         assert f"value: {json.dumps(xla_flags.value())}" in text
     else:
-        assert f'export XLA_FLAGS="${{XLA_FLAGS-{xla_flags.value()}}}"' in text
+        assert f'export XLA_FLAGS="{xla_flags.value()}${{XLA_FLAGS:+ $XLA_FLAGS}}"' in text
 
 
 def test_docs_flags_are_the_module_flags():

@@ -2,11 +2,14 @@
 
 import dataclasses
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
 from pax import envinfo, lockfile
-from pax.environments import venv
+from pax.environments import sessions, testtools, venv
+from pax.launch import xla_flags
 from pax.pip import pip_env
 from pax.releases.catalog import Release
 
@@ -84,3 +87,39 @@ def test_an_identity_naming_another_lock_means_a_rebuild(tmp_path):
     rebuilt = venv.ensure(release, "cpu", root=tmp_path, log=lambda *_: None)
     assert rebuilt.sha256 != env.sha256 and not (env.path / "marker").exists()
     assert envinfo.read_identity(env.path).lock_sha256 == rebuilt.sha256
+
+
+def _env_at(tmp_path, platform: str, path: Path) -> venv.Env:
+    """An env of `platform` at `path`, made by hand (a gpu env's wheels are 3.2 GB)."""
+    return venv.Env(Release("9.9.9", tmp_path, {}), platform, path, tmp_path / "lock.txt", "0")
+
+
+def test_a_gpu_session_hands_its_command_the_image_xla_flags(tmp_path, monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    # The gpu env at this interpreter's prefix: its python is a real one, started as the train,
+    # decode and bench sessions start pax.main (sessions.run over this environment).
+    gpu = _env_at(tmp_path, "gpu", Path(sys.prefix))
+    seen = tmp_path / "xla_flags"
+    child = f"import os, pathlib; pathlib.Path({str(seen)!r}).write_text(os.environ['XLA_FLAGS'])"
+    sessions.run([gpu.python, "-c", child], gpu.session_env())
+    assert seen.read_text() == xla_flags.value()
+    # The test session's too: tests/conftest.py adds its virtual CPU devices after them.
+    assert testtools.session_env(gpu, tmp_path)["XLA_FLAGS"] == xla_flags.value()
+    # Other platforms' sessions leave XLA_FLAGS to the environment.
+    assert "XLA_FLAGS" not in _env_at(tmp_path, "cpu", tmp_path).session_env()
+    assert "XLA_FLAGS" not in _env_at(tmp_path, "tpu", tmp_path).session_env()
+
+
+def test_a_users_xla_flags_follow_the_images_so_theirs_win(tmp_path, monkeypatch):
+    gpu = _env_at(tmp_path, "gpu", tmp_path)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_triton_gemm=true --xla_dump_to=/tmp/x")
+    flags = gpu.session_env()["XLA_FLAGS"]
+    # XLA takes the last value of a flag given twice: the user's Triton choice stands.
+    assert flags.split() == [
+        *(flag for flag, _ in xla_flags.GPU_XLA_FLAGS),
+        "--xla_gpu_enable_triton_gemm=true",
+        "--xla_dump_to=/tmp/x",
+    ]
+    # A command started with them already (aot from the gpu session) does not repeat them.
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    assert gpu.session_env()["XLA_FLAGS"] == flags

@@ -26,6 +26,7 @@ from pax.errors import UsageError
 from pax.experiments import registry
 from pax.launch import cli as launch_cli
 from pax.launch import render as cluster
+from pax.launch import xla_flags
 from pax.paths import ROOT
 
 RELEASE = "1.4.0"
@@ -229,12 +230,18 @@ def test_overrides_reach_the_manifest_verbatim():
     ],
 )
 def test_tpu_slices_as_cloud_tpu_names_them(slice_name, accelerator, chips, topology):
-    assert cluster.tpu_slice(slice_name) == (accelerator, chips, topology)
+    found = cluster.tpu_slice(slice_name)
+    assert (found.name, found.generation.gke, found.chips, found.topology) == (
+        slice_name,
+        accelerator,
+        chips,
+        topology,
+    )
 
 
-@pytest.mark.parametrize("slice_name", ["v3-8", "v4-4", "v4-48", "v4", "tpu-64"])
+@pytest.mark.parametrize("slice_name", ["v3-8", "v4-4", "v4-48", "v4", "tpu-64", "v5litepod-1"])
 def test_tpu_slices_it_cannot_place(slice_name):
-    with pytest.raises(UsageError, match=r"TPU slice"):
+    with pytest.raises(UsageError, match=r"TPU slice|names no size"):
         cluster.tpu_slice(slice_name)
 
 
@@ -274,6 +281,8 @@ with open(os.path.join(os.environ['LOG'], 'task%s.json' % os.environ['SLURM_PROC
   json.dump([os.path.basename(sys.argv[0])] + sys.argv[1:], f)
 with open(os.path.join(os.environ['LOG'], 'task%s.path' % os.environ['SLURM_PROCID']), 'w') as f:
   f.write(os.environ.get('PYTHONPATH', ''))
+with open(os.path.join(os.environ['LOG'], 'task%s.xla' % os.environ['SLURM_PROCID']), 'w') as f:
+  f.write(os.environ['XLA_FLAGS'])
 """
 _NVIDIA_SMI = """#!/bin/bash
 echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'
@@ -405,11 +414,25 @@ def test_slurm_script_starts_one_pax_process_per_node(runtime, tmp_path):
         ]
     if runtime == "venv":  # the release env has no pax: every task imports the checkout's
         assert {(log / f"task{i}.path").read_text() for i in range(4)} == {str(ROOT)}
+    assert {(log / f"task{i}.xla").read_text() for i in range(4)} == {xla_flags.value()}
     opts = (log / "srun.opts").read_text().split()
     assert "--ntasks-per-node=1" in opts
     if runtime == "pyxis":
         assert f"--container-image=registry.example:5000#ml/pax:{RELEASE}-gpu" in opts
         assert f"--container-mounts={job_dir}:{job_dir}" in opts
+
+
+def test_slurm_jobs_own_xla_flags_follow_the_images_so_theirs_win(tmp_path):
+    script = tmp_path / "run.sbatch"
+    script.write_text(cluster.render(RELEASE, "slurm", "LmCloudSpmdTiny"))
+    bin_dir, log = _stubs(tmp_path)
+    mine = "--xla_gpu_enable_triton_gemm=true"
+    env = _job_env(tmp_path, bin_dir, log, PAX_RUNTIME="venv", XLA_FLAGS=mine, SLURM_NNODES="1")
+    env["PAX_VENV"] = str(tmp_path / "venv")
+    result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    # XLA takes a flag's last value: the job's Triton choice stands.
+    assert (log / "task0.xla").read_text() == f"{xla_flags.value()} {mine}"
 
 
 def test_slurm_script_refuses_an_unknown_runtime(tmp_path):

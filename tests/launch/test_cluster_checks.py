@@ -59,7 +59,7 @@ def test_a_slice_with_a_recorded_plan_that_fits_is_written_and_named(recorded, t
     [
         ([], "C4Spmd16BAdam32Replicas on v4-64 (topology 2x4x4) is not known to work: no TPU "
          "plan of it is recorded; check it first with `./noxw -s aot -- "
-         "C4Spmd16BAdam32Replicas --tpu v4`"),
+         "C4Spmd16BAdam32Replicas --tpu v4-64`"),
         ([_plan("v4-64", "v4:2x4x4", sets=["NUM_LAYERS=2"])], "is not known to work"),
         ([_plan("v4-64", "v4:4x4x2")], "was planned on v4:4x4x2, this JobSet asks for 2x4x4"),
         (
@@ -122,8 +122,9 @@ def test_the_jobsets_topologies_are_the_ones_aot_plans():
         if generation not in cloud or chips < cluster.CHIPS_PER_TPU_HOST:
             continue  # GPU and XLA:CPU plans, and one-chip ones, which no TPU JobSet asks for
         name = cloud[generation]
-        assert plans.aot_slice(name) == r["target"]["slice"]
-        assert cluster.tpu_slice(name)[1:] == (chips, shape), r["target"]
+        assert plans.slice_name(r) == name
+        found = cluster.tpu_slice(name)
+        assert (found.chips, found.topology) == (chips, shape), r["target"]
         checked += 1
     assert checked >= 6
 

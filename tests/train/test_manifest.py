@@ -1,4 +1,6 @@
 import hashlib
+import json
+import os
 
 from pax import envinfo
 from pax.train import manifest
@@ -30,3 +32,12 @@ def test_outside_a_release_the_fields_are_null(tmp_path):
         "image": None,
     }
     assert env["state"] == "unpinned" and env["nearest"] is None
+
+
+def test_a_run_records_the_xla_flags_it_ran_with(tiny_job):
+    # tiny_job trained in this process, under tests/conftest.py's XLA_FLAGS.
+    m = json.loads((tiny_job / manifest.FILE).read_text())
+    ran_with = {"XLA_FLAGS": os.environ["XLA_FLAGS"], "LIBTPU_INIT_ARGS": None}
+    assert "--xla_force_host_platform_device_count=8" in ran_with["XLA_FLAGS"]
+    assert m["xla_flags"] == ran_with
+    assert [s["xla_flags"] for s in m["segments"]] == [ran_with]
