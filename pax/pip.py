@@ -141,14 +141,20 @@ def base_python() -> str:
     return getattr(sys, "_base_executable", None) or sys.executable
 
 
-def make_venv(path: Path, with_pip: bool = False) -> Path:
-    """A new venv at path (anything there is removed first) from base_python(); returns its
-    python. Without pip by default: a pip from outside drives it (`pip --python`, uv), so it
+def make_venv(path: Path, with_pip: bool = False, python: str | None = None) -> Path:
+    """A new venv at path (anything there is removed first) from `python` (base_python() by
+    default); returns its python. Without pip by default: a pip from outside drives it (`pip --python`, uv), so it
     holds exactly what is installed into it. Nothing is left behind when it fails
     (subprocess.CalledProcessError, with the output)."""
     path = Path(path)
     shutil.rmtree(path, ignore_errors=True)
-    command = [base_python(), "-m", "venv", *([] if with_pip else ["--without-pip"]), str(path)]
+    command = [
+        python or base_python(),
+        "-m",
+        "venv",
+        *([] if with_pip else ["--without-pip"]),
+        str(path),
+    ]
     try:
         subprocess.run(command, check=True, capture_output=True, text=True)
     except subprocess.CalledProcessError:

@@ -26,8 +26,16 @@ def _noxw_constant(name: str):
     raise AssertionError(f"noxw has no {name}")
 
 
-def test_noxw_python_is_the_catalogs():
-    assert _noxw_constant("PYTHON") == (MAJOR, MINOR)
+def test_noxw_pythons_are_the_catalogs():
+    assert _noxw_constant("PYTHONS") == tuple(
+        tuple(map(int, v.split("."))) for v in catalog.PYTHONS
+    )
+
+
+def test_every_release_lies_inside_the_supported_pythons():
+    for release in catalog.list_releases():
+        assert set(release.pythons) <= set(catalog.PYTHONS), release.version
+    assert set(catalog.CUT_PYTHONS) <= set(catalog.PYTHONS)
 
 
 def test_noxw_drops_what_pip_env_drops():
@@ -61,8 +69,10 @@ def test_base_image_script_builds_the_local_default():
 
 def test_pyproject_requires_the_catalogs_python():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert meta["project"]["requires-python"] == f">={catalog.PYTHON},<{MAJOR}.{MINOR + 1}"
-    assert meta["tool"]["ruff"]["target-version"] == f"py{MAJOR}{MINOR}"
+    lowest, highest = catalog.PYTHONS[0], catalog.PYTHONS[-1]
+    newest = f"{highest.split('.')[0]}.{int(highest.split('.')[1]) + 1}"
+    assert meta["project"]["requires-python"] == f">={lowest},<{newest}"
+    assert meta["tool"]["ruff"]["target-version"] == "py" + lowest.replace(".", "")
 
 
 def test_tools_lock_is_compiled_for_the_catalogs_python():

@@ -16,11 +16,10 @@ import fcntl
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from pax import envinfo, lockfile, paths
+from pax import envinfo, interpreters, lockfile, paths
 from pax.environments.install import install_lock, pip_check
 from pax.errors import PaxError, last_line
 from pax.launch import xla_flags
@@ -43,6 +42,9 @@ class Env:
     path: Path
     lockfile: Path
     sha256: str
+    python_version: str = (
+        ""  # the release's Python this env runs (envs made here: found by _ensure)
+    )
 
     @property
     def python(self) -> Path:
@@ -81,7 +83,7 @@ def identity(env: Env) -> envinfo.Identity:
         platform=env.platform,
         lockfile=str(env.lockfile.resolve()),
         lock_sha256=env.sha256,
-        python=env.release.python,
+        python=env.python_version or env.release.python,
         locked=lockfile.versions(lockfile.parse_lockfile(env.lockfile)),
     )
 
@@ -150,12 +152,6 @@ def ensure(release: Release, platform: str, root: Path | None = None, log=print)
 
 def _lock(release: Release, platform: str) -> Path:
     """The lock an env for (release, platform) is built from here, or why it cannot be."""
-    have_python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    if release.python != have_python:
-        raise EnvMismatch(
-            f"release {release.version} is locked for Python {release.python}; "
-            f"this is Python {have_python}. Run ./noxw with python{release.python}."
-        )
     lock = release.lockfile(platform)
     if lock.is_file():
         return lock
@@ -170,17 +166,24 @@ def _ensure(release: Release, platform: str, root: Path | None, log) -> Env:
     path = env_path(release, platform, root)
     env = Env(release, platform, path, lock, lockfile.sha256_file(lock))
     if _names_this_lock(env):
+        found = envinfo.read_identity(path)
+        env = dataclasses.replace(env, python_version=found.python if found else release.python)
         verify(env, log)
-        if envinfo.read_identity(path) is None:  # made before identity files: give it one
+        if found is None:  # made before identity files: give it one
             write_identity(env)
         return env
+    version, python = interpreters.require(release.pythons, f"release {release.version}")
+    env = dataclasses.replace(env, python_version=version)
     if path.exists():
         log(f"env {path.name}: lock changed or env incomplete; rebuilding")
         shutil.rmtree(path)
     started = time.monotonic()
-    log(f"env {path.name}: creating from {lock.relative_to(release.dir.parent.parent)}")
+    log(
+        f"env {path.name}: creating from {lock.relative_to(release.dir.parent.parent)} "
+        f"with Python {version} ({python})"
+    )
     try:
-        make_venv(path)
+        make_venv(path, python=python)
         installer = install_lock(env.python, lock) if lockfile.parse_lockfile(lock) else None
     except subprocess.CalledProcessError as err:  # a wrong hash, no network: nothing is kept
         shutil.rmtree(path, ignore_errors=True)

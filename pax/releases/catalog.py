@@ -11,8 +11,14 @@ from pax import lockfile, paths
 from pax.errors import PaxError, UsageError
 from pax.lockfile import sha256_file, version_key
 
-# The one declaration of the Python the releases are locked for and the images run. What cannot
-# import it (./noxw, the Dockerfiles, pyproject.toml) is checked against it by tests/test_declared_once.py.
+# The Pythons this checkout runs on (pyproject.toml's requires-python, ./noxw's tools venv). Each
+# release names the ones its locks install on (release.toml's `python`); a release cut now is
+# compiled with the first of CUT_PYTHONS and installs on both (jax 0.11 and later need 3.12).
+# What cannot import these (./noxw, the Dockerfiles, pyproject.toml) is checked against them by
+# tests/test_declared_once.py.
+PYTHONS = ("3.11", "3.12", "3.13")
+CUT_PYTHONS = ("3.12", "3.13")
+# The Python of the images' default base and of releases that name none.
 PYTHON = "3.11"
 # The Dockerfiles' `ARG BASE_IMAGE` default (a public slim Python, for users with a registry), and
 # the base ci/base-image.sh builds offline, which `nox -s build` uses and a release records.
@@ -58,8 +64,16 @@ class Release:
         return dict(self.meta.get("versions", {}))
 
     @property
+    def pythons(self) -> tuple[str, ...]:
+        """The Pythons its locks install on, the one they are compiled with first: release.toml's
+        `python`, one version ("3.11") or a list (["3.12", "3.13"])."""
+        value = self.meta.get("python", PYTHON)
+        return tuple(map(str, value)) if isinstance(value, list) else (str(value),)
+
+    @property
     def python(self) -> str:
-        return str(self.meta.get("python", PYTHON))
+        """The Python its locks are compiled with."""
+        return self.pythons[0]
 
     @property
     def resolved_before(self) -> str | None:

@@ -7,13 +7,15 @@ import concurrent.futures
 import datetime as _dt
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-from pax import lockfile, paths
+from pax import interpreters, lockfile, paths
 from pax.errors import PaxError, UsageError
-from pax.pip import pip_env, uv_binary, uv_env
+from pax.pip import make_venv, pip_env, uv_binary, uv_env
 from pax.releases.catalog import (
+    CUT_PYTHONS,
     LOCKS,
     NIGHTLY,
     PYTHON,
@@ -52,10 +54,45 @@ def write_constraints(release: Release) -> Path:
     return path
 
 
-def compile_command(release: Release, platform: str, root: Path) -> list[str]:
+def lock_python(release: Release, root: Path, log=print) -> str:
+    """An interpreter with pip-tools of the release's own Python: pip-compile resolves for the
+    Python it runs on (markers, wheels' tags, requires-python), and has no flag to aim at
+    another. The running one when it is that Python; else a venv beside the tools venv,
+    `.tools/venv-<python>`, with the tools lock installed (hash-checked) into it."""
+    if interpreters.running() == release.python:
+        return sys.executable
+    with _LOCK_PYTHON:  # the platforms compile in parallel threads: one venv made, once
+        return _lock_venv(release, root, log)
+
+
+_LOCK_PYTHON = threading.Lock()
+
+
+def _lock_venv(release: Release, root: Path, log) -> str:
+    _, base = interpreters.require([release.python], f"locking release {release.version}")
+    venv = root / ".tools" / f"venv-{release.python}"
+    python = venv / "bin" / "python"
+    tools = root / "requirements" / "tools.txt"
+    stamp = venv / "tools-lock.sha256"
+    sha = lockfile.sha256_file(tools)
+    if python.exists() and stamp.is_file() and stamp.read_text().strip() == sha:
+        return str(python)
+    log(f"locking with Python {release.python}: installing {tools.name} into {venv}")
+    make_venv(venv, python=base)
+    uv = [uv_binary() or "uv", "pip", "install", "--no-config", "--python", str(python)]
+    subprocess.run(
+        [*uv, "--quiet", "--require-hashes", "--no-deps", "-r", str(tools)],
+        env=uv_env(),
+        check=True,
+    )
+    stamp.write_text(sha + "\n")
+    return str(python)
+
+
+def compile_command(release: Release, platform: str, root: Path, python: str) -> list[str]:
     out = release.lockfile(platform).relative_to(root)
     cmd = [
-        sys.executable,
+        python,
         "-m",
         "pax.releases.pip_compile",
         *PIP_COMPILE_FLAGS,
@@ -89,9 +126,8 @@ def compile_one(release: Release, platform: str, root: Path) -> tuple[str, float
     env["CUSTOM_COMPILE_COMMAND"] = f"./noxw -s lock -- {release.version} {platform}"
     env["PYTHONPATH"] = str(root)  # for pax.releases.pip_compile
     started = time.monotonic()
-    proc = subprocess.run(
-        compile_command(release, platform, root), cwd=root, env=env, capture_output=True, text=True
-    )
+    command = compile_command(release, platform, root, lock_python(release, root))
+    proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
     took = time.monotonic() - started
     if proc.returncode != 0:
         raise LockError(f"pip-compile {release.version} {platform} failed:\n{proc.stderr[-4000:]}")
@@ -116,7 +152,7 @@ def make_nightly(root: Path) -> Release:
     directory.mkdir(parents=True, exist_ok=True)
     today = _dt.date.today().isoformat()
     (directory / "release.toml").write_text(
-        f'version = "{NIGHTLY}"\ndate = {today}\npython = "{PYTHON}"\n'
+        f'version = "{NIGHTLY}"\ndate = {today}\npython = {list(CUT_PYTHONS)}\n'
         f'notes = "Newest of everything on {today}; not a release (git-ignored)."\n'
     )
     return load(directory)

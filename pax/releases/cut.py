@@ -45,10 +45,10 @@ from pax.errors import FAILURE, USAGE, PaxError
 from pax.releases import compile as dist_lock
 from pax.releases import readme, source
 from pax.releases.catalog import (
+    CUT_PYTHONS,
     HEADLINE,
     LOCAL_BASE_IMAGE,
     LOCKS,
-    PYTHON,
     Release,
     UnknownRelease,
     load,
@@ -112,7 +112,7 @@ def _toml_str(value: str) -> str:
 def render_release_toml(
     version: str,
     date: _dt.date,
-    python: str,
+    pythons: tuple[str, ...],
     base_image: str,
     resolved_before: _dt.datetime,
     pins: dict[str, str] | None,
@@ -124,7 +124,8 @@ def render_release_toml(
         f"version = {_toml_str(version)}",
         f"date = {date.isoformat()}",
         f"branch = {_toml_str('r' + version)}",
-        f"python = {_toml_str(python)}",
+        "# The Pythons its locks install on; they are compiled with the first.",
+        f"python = [{', '.join(map(_toml_str, pythons))}]",
         "# The base the images are built on ([images] records it by ID; ci/base-image.sh "
         f"builds {LOCAL_BASE_IMAGE}).",
         f"base_image = {_toml_str(base_image)}",
@@ -139,7 +140,7 @@ def render_release_toml(
         listed = ", ".join(f"{n} {pins[n]}" for n in HEADLINE if n in pins)
         lines += [
             'notes = """',
-            f"Newest set pip-compile resolved for requirements/ on Python {python}, index as "
+            f"Newest set pip-compile resolved for requirements/ on Python {pythons[0]}, index as "
             f"of {cutoff}:",
             f"{listed}.",
             '"""',
@@ -184,7 +185,9 @@ def cut(
 
     def write_toml(pins: dict[str, str] | None) -> None:
         toml.write_text(
-            render_release_toml(version, now.astimezone().date(), PYTHON, base_image, now, pins)
+            render_release_toml(
+                version, now.astimezone().date(), CUT_PYTHONS, base_image, now, pins
+            )
         )
 
     with _undone_on_failure(directory, tables):

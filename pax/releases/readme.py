@@ -84,7 +84,7 @@ def table_row(release: Release) -> list[str]:
         _text(release.meta.get("branch")),
         jax,
         *(_text(pins.get(n)) for n in ("flax", "optax", "orbax-checkpoint", "tensorstore")),
-        release.python,
+        ", ".join(release.pythons),
     ]
 
 
@@ -134,7 +134,7 @@ def matrix_row(release: Release) -> list[str]:
     images = ", ".join(f"`pax:{release.version}-{p}`" for p in IMAGE_PLATFORMS)
     return [
         release.version,
-        release.python,
+        ", ".join(release.pythons),
         cpu_cell,
         f"`releases/{release.version}/cpu.txt`" if cpu else "—",
         tpu.get("libtpu", "—"),

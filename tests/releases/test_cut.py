@@ -103,7 +103,7 @@ def test_cut_writes_locks_pins_tables_commit_branch_and_tag(clone):
     meta = tomllib.loads((directory / "release.toml").read_text())
     assert meta["version"] == "9.0.0" and meta["branch"] == "r9.0.0"
     assert meta["date"] == NOW.astimezone().date()
-    assert meta["python"] == f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert meta["python"] == list(release.CUT_PYTHONS)  # a new release: Python 3.12 and later
     assert meta["base_image"] == release.LOCAL_BASE_IMAGE  # what the images are built on
     assert meta["image_recipe"] == "source"  # and by whom: the release's own tree, for good
     assert meta["resolved_before"] == NOW

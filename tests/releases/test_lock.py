@@ -86,12 +86,12 @@ def test_platforms_alone_leave_the_test_lock_and_its_record_alone(tmp_path):
 
 def test_the_test_lock_is_compiled_from_test_in_constrained_by_the_cpu_lock(tmp_path):
     rel = scratch_release(tmp_path)
-    test = locks.compile_command(rel, catalog.TEST_LOCK, tmp_path)
+    test = locks.compile_command(rel, catalog.TEST_LOCK, tmp_path, "python")
     assert test[-1] == "requirements/test.in"
     assert test[test.index("-o") + 1] == "releases/9.0.0/test.txt"
     assert ["-c", "releases/9.0.0/cpu.txt"] == test[test.index("-c") : test.index("-c") + 2]
     assert "--generate-hashes" in test
-    cpu = locks.compile_command(rel, "cpu", tmp_path)
+    cpu = locks.compile_command(rel, "cpu", tmp_path, "python")
     assert cpu[-1] == "requirements/cpu.in" and "releases/9.0.0/cpu.txt" == cpu[cpu.index("-o") + 1]
     assert "-c" not in cpu  # no pins, no constraints
 
