@@ -22,8 +22,8 @@ When every checkpoint is damaged (or all were set aside before), resuming stops 
 naming them instead of starting again from step 0, unless asked to start over.
 """
 
-import contextlib
 import concurrent.futures
+import contextlib
 import errno
 import functools
 import hashlib

@@ -37,10 +37,13 @@ def _value(checkpoint_dir, array: str) -> tuple[str, int, int]:
     base = ts.KvStore.open({"driver": "file", "path": f"{checkpoint_dir}/{database}/"}).result()
     manifest = ts.ocdbt.dump(base).result()
     node = ts.ocdbt.dump(base, manifest["versions"][-1]["root"]["location"]).result()
-    [entry] = [
-        e for e in node["entries"] if e["key"].startswith(f"{array}/".encode()) and "indirect_value" in e
+    prefix = f"{array}/".encode()
+    [value] = [
+        e["indirect_value"]
+        for e in node["entries"]
+        if e["key"].startswith(prefix) and "indirect_value" in e
     ]
-    name, offset, length = re.fullmatch(r"value::(\S+):(\d+):(\d+)", entry["indirect_value"]).groups()
+    name, offset, length = re.fullmatch(r"value::(\S+):(\d+):(\d+)", value).groups()
     return f"{database}/{name}", int(offset), int(length)
 
 
