@@ -5,6 +5,12 @@ Each checkpoint is a Composite: `state` (the train state) and, for inputs that a
 handler. Checkpoints without `data` still restore. Orbax writes to a temporary directory and
 renames it when complete, so a checkpoint cut off mid-write is never listed as a step.
 
+Each checkpoint holds SHA256SUMS, every other file's sha256 in `sha256sum`'s format, written by
+process 0 once orbax has committed the checkpoint (`record_digests`). Restoring checks it before
+reading anything else (`check_digests`): a file that differs, or is missing, is damage. A
+checkpoint without one (written before checkpoints recorded digests, or cut off between orbax's
+commit and the record) restores with one line saying that it cannot be checked.
+
 Resuming tells three failures apart (`restore_newest`, shared with the Flax-file checkpoints):
 - a checkpoint written by another model (tree, shapes or dtypes in its metadata differ from the
   run's) is a usage error: nothing is moved;
@@ -16,9 +22,11 @@ When every checkpoint is damaged (or all were set aside before), resuming stops 
 naming them instead of starting again from step 0, unless asked to start over.
 """
 
+import concurrent.futures
 import contextlib
 import errno
 import functools
+import hashlib
 import json
 import logging as std_logging
 import os
@@ -67,6 +75,85 @@ class StorageUnavailable(CheckpointError):
     """Reading a checkpoint kept failing with storage errors that are not damage."""
 
 
+class CheckpointDamaged(CheckpointError):
+    """A checkpoint's file differs from the sha256 recorded when it was written, or is missing."""
+
+
+# orbax 0.12 and tensorstore 0.1 checksum only their own structure (OCDBT's manifest and b-tree
+# nodes, zarr3's shard index), not the arrays' bytes: a flipped byte in a zstd chunk of floats
+# (mostly stored raw) reads back as other numbers without an error, and orbax writes no option
+# to add zarr3's crc32c codec to the chunks. The JSON files (orbax's metadata, the input position)
+# are checked by nobody. So the digests of every file are ours.
+DIGESTS = "SHA256SUMS"
+
+
+def record_digests(checkpoint_dir: str) -> None:
+    """Writes DIGESTS into a committed checkpoint: every other file's sha256, in `sha256sum`'s
+    format (`sha256sum -c SHA256SUMS` checks a copy by hand), under a temporary name, renamed."""
+    lines = [f"{_sha256(checkpoint_dir, name)}  {name}\n" for name in _files(checkpoint_dir)]
+    temporary = os.path.join(checkpoint_dir, f".{DIGESTS}.tmp")
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.writelines(lines)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, os.path.join(checkpoint_dir, DIGESTS))
+
+
+def check_digests(checkpoint_dir: str) -> bool:
+    """Checks every file of a checkpoint against its DIGESTS: CheckpointDamaged naming the first
+    file that differs, is missing, or is not listed (a record cut short); False when the
+    checkpoint has no DIGESTS."""
+    try:
+        with open(os.path.join(checkpoint_dir, DIGESTS), "rb") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return False
+    recorded = {}
+    for line in text.splitlines():
+        digest, _, name = line.decode("utf-8", "replace").partition("  ")
+        if not re.fullmatch(r"[0-9a-f]{64}", digest) or not name:
+            raise CheckpointDamaged(f"{DIGESTS} is damaged (line {len(recorded) + 1})")
+        recorded[name] = digest
+    for name, digest in recorded.items():
+        try:
+            actual = _sha256(checkpoint_dir, name)
+        except FileNotFoundError:
+            raise CheckpointDamaged(f"{name} is missing") from None
+        if actual != digest:
+            raise CheckpointDamaged(f"{name} differs from the sha256 recorded when it was written")
+    unlisted = sorted(set(_files(checkpoint_dir)) - recorded.keys())
+    if unlisted:
+        raise CheckpointDamaged(f"{unlisted[0]} is not in {DIGESTS} (it is cut short)")
+    return True
+
+
+def _files(checkpoint_dir: str) -> list[str]:
+    """The checkpoint's files, relative to it, but DIGESTS and hidden ones (an NFS client's
+    .nfs* stand-ins, a record being written)."""
+    found = []
+    for root, _, names in os.walk(checkpoint_dir):
+        for name in names:
+            if not name.startswith(".") and name != DIGESTS:
+                found.append(os.path.relpath(os.path.join(root, name), checkpoint_dir))
+    return sorted(found)
+
+
+def _sha256(checkpoint_dir: str, name: str) -> str:
+    with open(os.path.join(checkpoint_dir, name), "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def checked(checkpoint_dir: str) -> None:
+    """check_digests, and one line (process 0) when the checkpoint has none to check."""
+    if not check_digests(checkpoint_dir) and jax.process_index() == 0:
+        logging.warning(
+            "%s has no %s (written before checkpoints recorded their files' sha256): its bytes "
+            "cannot be checked",
+            checkpoint_dir,
+            DIGESTS,
+        )
+
+
 class Checkpointer:
     def __init__(
         self, job_dir: str, max_to_keep: int, async_save: bool = True, saving: bool = True
@@ -81,6 +168,9 @@ class Checkpointer:
             create=saving,
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
+        # Digests are recorded once orbax has committed a save, beside the training steps.
+        self._recorder = concurrent.futures.ThreadPoolExecutor(1, "pax_checkpoint_digests")
+        self._recording = None
 
     def latest_step(self) -> Optional[int]:
         return self._manager.latest_step()
@@ -100,13 +190,27 @@ class Checkpointer:
         try:
             # Orbax silently skips a save requested while the previous one is still being written;
             # every save asked for here must happen, so wait for that one first.
-            self._manager.wait_until_finished()
+            self._wait_until_recorded()
             items = {"state": ocp.args.StandardSave(state)}
             if data is not None:
                 items["data"] = _grain_checkpoint().CheckpointSave(_AsBytes(data))
-            return self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+            saved = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+            if saved and jax.process_index() == 0:  # every process's files are on shared storage
+                self._recording = self._recorder.submit(self._record, step)
+            return saved
         except Exception as e:  # orbax re-raises background write errors of any type here
             raise self._write_error(step, e) from e
+
+    def _record(self, step: int) -> None:
+        self._manager.wait_until_finished()  # committed: no file of it changes after this
+        record_digests(os.path.join(self.directory, step_name(step)))
+
+    def _wait_until_recorded(self) -> None:
+        """Waits for the last save and its digests; raises what either raised."""
+        self._manager.wait_until_finished()
+        recording, self._recording = self._recording, None
+        if recording is not None:
+            recording.result()
 
     def _write_error(self, step: int, error: Exception) -> CheckpointError:
         self._manager.reload()
@@ -133,6 +237,8 @@ class Checkpointer:
         """
 
         def attempt(step):
+            # First: damage in the metadata could pass for another model's checkpoint.
+            checked(os.path.join(self.directory, step_name(step)))
             if data is not None:
                 self._check_data(step)
             check_compatible(step_name(step), self._metadata(step), abstract_state)
@@ -174,12 +280,13 @@ class Checkpointer:
             )
 
     def close(self) -> None:
-        """Waits for the last save to finish; raises CheckpointError if it failed."""
+        """Waits for the last save and its digests; raises CheckpointError if either failed."""
         try:
-            self._manager.wait_until_finished()
+            self._wait_until_recorded()
         except Exception as e:  # the background save's own error type
             raise self._write_error(self._manager.latest_step() or 0, e) from e
         finally:
+            self._recorder.shutdown()
             self._manager.close()
 
 

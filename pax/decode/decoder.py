@@ -11,8 +11,9 @@ JSON line per prompt to Pax's place for decoder outputs,
 a temporary name and renamed, so a file there is complete. --mode=decode skips steps whose file
 exists, so a restarted decoder picks up where it stopped.
 
-Checkpoints are only read: a checkpoint that does not read back (the trainer's retention may
-delete one while it is read) is skipped, never moved, as the trainer owns the directory.
+Checkpoints are only read, never moved, as the trainer owns the directory: one whose files differ
+from the sha256 recorded when it was written is refused (an error naming it and the fix); one that
+does not read back otherwise (the trainer's retention may delete one while it is read) is skipped.
 """
 
 import dataclasses
@@ -28,7 +29,14 @@ from etils import epath
 from flax import serialization
 
 from pax.checkpoint.flax_file import FlaxFileCheckpointer
-from pax.checkpoint.manager import CheckpointError, check_compatible, step_name
+from pax.checkpoint.manager import (
+    SET_ASIDE_DIR,
+    CheckpointDamaged,
+    CheckpointError,
+    check_compatible,
+    checked,
+    step_name,
+)
 from pax.data import tokenizers
 from pax.decode import prompts as prompts_lib
 from pax.decode.generate import Generator, decode_model, unscan, unstage
@@ -234,6 +242,7 @@ def restore_parts(checkpointer, step: int, parts: dict) -> dict:
         return jax.tree.map(
             lambda a, s: jax.device_put(np.asarray(a, s.dtype), s.sharding), restored, parts
         )
+    _check_files(checkpointer.directory, step)
     # orbax's partial restore reads only the arrays asked for.
     path = epath.Path(checkpointer.directory) / step_name(step) / "state"
     metadata = ocp.StandardCheckpointHandler().metadata(path)
@@ -246,6 +255,23 @@ def restore_parts(checkpointer, step: int, parts: dict) -> dict:
             partial_restore=True,
         ),
     )
+
+
+def _check_files(directory: str, step: int) -> None:
+    """Every file of the checkpoint, not only the parameters decoding reads, is checked against
+    its digests: a checkpoint with damage anywhere is not one to take text from."""
+    checkpoint_dir = os.path.join(directory, step_name(step))
+    try:
+        checked(checkpoint_dir)
+    except CheckpointDamaged as e:
+        if not os.path.isdir(checkpoint_dir):  # the trainer's retention deleted it meanwhile
+            raise CheckpointError(f"{checkpoint_dir} was deleted while it was read") from e
+        aside = os.path.join(os.path.dirname(directory), SET_ASIDE_DIR)
+        raise CheckpointDamaged(
+            f"{checkpoint_dir} is damaged: {e}; nothing was decoded. Move it to {aside}/ to "
+            "decode the checkpoint before it (training does so when it resumes), or put a good "
+            "copy back"
+        ) from None
 
 
 def _check_against_job(job_dir: str, run, tokenizer_path) -> None:
@@ -294,7 +320,7 @@ def decode_once(decoder: Decoder) -> list[dict]:
             try:
                 variables = decoder.decoding_variables(checkpointer, step)
                 break
-            except UsageError:
+            except (UsageError, CheckpointDamaged):
                 raise
             except Exception as e:  # orbax/tensorstore/msgpack raise many types for bad files
                 logging.warning(
@@ -353,9 +379,9 @@ def follow(decoder: Decoder, clock=time.monotonic, sleep=time.sleep) -> list[int
                 else:
                     try:
                         variables = decoder.decoding_variables(checkpointer, step)
-                    except UsageError:
+                    except (UsageError, CheckpointDamaged):
                         raise
-                    except Exception as e:  # deleted by retention while read, or damaged
+                    except Exception as e:  # deleted by retention while read
                         logging.warning(
                             "%s does not read back (%s); waiting for the next",
                             step_name(step),

@@ -160,11 +160,15 @@ def _truncate_arrays(checkpoint_dir):
 
 
 def test_one_damaged_checkpoint_is_one_warning_line_with_the_whole_reason(job, caplog):
+    # Without its digests (as written before they were recorded), orbax's read meets the damage.
+    os.remove(job / "checkpoints" / "checkpoint_00000006" / manager.DIGESTS)
     _truncate_arrays(job / "checkpoints" / "checkpoint_00000006")
     with caplog.at_level(logging.WARNING):
         train(job, derive(Tiny, NUM_TRAIN_STEPS=7))
     # orbax's own lines about the failed read are held back: the one line says it all.
-    [line] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    unchecked, line = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert unchecked.endswith("checkpoint_00000006 has no SHA256SUMS (written before checkpoints "
+                              "recorded their files' sha256): its bytes cannot be checked")  # fmt: skip
     aside = job / "checkpoints_damaged" / "checkpoint_00000006"
     assert line.startswith("checkpoint checkpoint_00000006 is damaged (ValueError: OUT_OF_RANGE: ")
     assert re.search(rf"is not valid for value of size \d+\); moved to {aside}$", line), line
