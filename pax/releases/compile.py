@@ -115,8 +115,17 @@ def compile_command(release: Release, platform: str, root: Path, python: str) ->
     if release.resolved_before:
         pip_args.append(f"--uploaded-prior-to={release.resolved_before}")
     cmd += ["--pip-args", " ".join(pip_args)]
-    cmd.append(f"requirements/{platform}.in")
+    cmd.append(requirements_in(release, platform))
     return cmd
+
+
+def requirements_in(release: Release, platform: str) -> str:
+    """The input a lock is compiled from. GPU locks moved to CUDA 13 with the releases on Python
+    3.12 (jax 0.11 and later); the ones on 3.11 keep CUDA 12, so relocking them gives their
+    files back unchanged."""
+    if platform == "gpu" and release.python == "3.11":
+        return "requirements/gpu-cuda12.in"
+    return f"requirements/{platform}.in"
 
 
 def compile_one(release: Release, platform: str, root: Path) -> tuple[str, float, str]:

@@ -96,11 +96,27 @@ def test_the_test_lock_is_compiled_from_test_in_constrained_by_the_cpu_lock(tmp_
     assert "-c" not in cpu  # no pins, no constraints
 
 
+def test_gpu_locks_take_cuda_13_from_python_3_12_and_keep_cuda_12_before(tmp_path):
+    def gpu_input(python):
+        directory = tmp_path / python
+        directory.mkdir()
+        (directory / "release.toml").write_text(f'version = "9.9.9"\npython = ["{python}"]\n')
+        name = locks.requirements_in(catalog.load(directory), "gpu")
+        return (paths.ROOT / name).read_text()
+
+    old, new = gpu_input("3.11"), gpu_input("3.12")
+    assert "\njax[cuda12]\n" in old and "\njax[cuda13]" not in old
+    assert "\njax[cuda13]\n" in new and "\njax[cuda12]" not in new
+    assert locks.requirements_in(catalog.load(paths.ROOT / "releases" / "1.8.0"), "gpu") == (
+        "requirements/gpu-cuda12.in"
+    )
+
+
 def test_requirements_keep_the_tools_out_of_the_platform_locks():
     """cpu.in, tpu.in and gpu.in take base.in and their platform's jax; test.in names the tools."""
     root = paths.ROOT / "requirements"
-    for platform in catalog.LOCK_PLATFORMS:
-        text = (root / f"{platform}.in").read_text()
+    for name in [*catalog.LOCK_PLATFORMS, "gpu-cuda12"]:
+        text = (root / f"{name}.in").read_text()
         assert "-r test.in" not in text and "-r base.in" in text
     names = {
         line.split()[0].split(">")[0]
