@@ -359,7 +359,6 @@ def test_wheels_that_cannot_be_had(tmp_path, index, capsys):
     assert "--no-index --find-links DIR" in report["error"]
 
 
-
 @pytest.mark.parametrize(
     "argv, message",
     [
