@@ -17,7 +17,7 @@ from pax.decode import options as decode_options
 from pax.errors import PaxError, UsageError, report
 from pax.experiments import base, describe, overrides, registry
 from pax.parallel import accelerator, distributed
-from pax.train import compile_cache, loop, preemption
+from pax.train import compile_cache, job_dir, loop, preemption
 from pax.train.instantiate import instantiate
 
 _PAX_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -106,8 +106,8 @@ def main(argv):
         raise UsageError("--exp is required, e.g. --exp=tasks.lm.params.lm_cloud.LmCloudSpmdTiny")
     if not _JOB_LOG_DIR.value:
         raise UsageError("--job_log_dir is required, e.g. --job_log_dir=runs/tiny")
-    if _MODE.value in ("train", "eval"):  # the modes that write into it
-        loop.check_job_dir(_JOB_LOG_DIR.value)
+    # train and eval write into it; decoding only reads it
+    job_dir.check(_JOB_LOG_DIR.value, writes=_MODE.value in ("train", "eval"))
     # Flags that are hyper-parameters, applied like --set so config.json records them.
     flag_sets = [f"DATA_DIR={_DATA_DIR.value!r}"] if _DATA_DIR.value else []
     if _PMAP_USE_TENSORSTORE.value is not None:

@@ -127,33 +127,56 @@ def test_a_file_in_place_of_the_job_dir_is_one_line(pax_main, tmp_path):
     assert (tmp_path / "runs").read_text() == "not a folder"
 
 
+@pytest.mark.parametrize("mode", ["train", "eval", "decode_once"])
+def test_a_job_dir_that_cannot_hold_files_is_one_line_in_every_mode(pax_main, tmp_path, mode):
+    """A kernel filesystem and a dangling symlink are named as what they are, whether the mode
+    writes the job directory or only reads it."""
+    (tmp_path / "runs").symlink_to(tmp_path / "gone")
+    cases = [
+        ("/proc/pax-run", " is on /proc, a kernel filesystem (proc) that cannot hold files; "
+         "pass a --job_log_dir on a writable disk"),
+        (f"{tmp_path}/runs/tiny", f": {tmp_path}/runs is a symlink to {tmp_path}/gone, which "
+         "does not exist; create that folder, or choose another --job_log_dir"),
+    ]  # fmt: skip
+    for job_dir, message in cases:
+        result = pax_main.run(TINY, f"--mode={mode}", f"--job_log_dir={job_dir}")
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.splitlines() == [f"pax: error: --job_log_dir={job_dir}{message}"]
+    assert os.listdir(tmp_path) == ["runs"]
+
+
 @pytest.fixture
 def read_only(tmp_path):
-    """A folder this user cannot write in: a read-only tmpfs for root (who may write anywhere
-    else), a mode-555 folder for anyone else."""
+    """(a folder this user cannot write in, why): a read-only tmpfs for root (who may write
+    anywhere else), a mode-555 folder for anyone else."""
     folder = tmp_path / "out"
     folder.mkdir()
     if os.getuid() != 0:
         folder.chmod(0o555)
-        yield folder
+        yield folder, "not writable"
         folder.chmod(0o755)
         return
     if subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)]
     ).returncode:
         pytest.skip("mounting a read-only tmpfs failed")
-    yield folder
+    yield folder, "read-only"
     subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 def test_an_unwritable_job_dir_is_one_line(pax_main, read_only):
-    # As an image run with `-v DIR:/out` where the image's user cannot write DIR.
-    result = pax_main.run(TINY, f"--job_log_dir={read_only}/tiny")
+    # As an image run with `-v DIR:/out` where the image's user cannot write DIR, or a
+    # read-only mount.
+    folder, why = read_only
+    result = pax_main.run(TINY, f"--job_log_dir={folder}/tiny")
     assert result.returncode == 2, result.stderr
     uid = os.getuid()
-    assert result.stderr.splitlines() == [
-        f"pax: error: cannot write the job directory {read_only}/tiny: {read_only} is not "
+    message = {
+        "read-only": f"--job_log_dir={folder}/tiny is on {folder}, a read-only filesystem; pass "
+        "a --job_log_dir on a writable disk",
+        "not writable": f"cannot write the job directory {folder}/tiny: {folder} is not "
         f"writable by this user (uid {uid}); make it writable by uid {uid}, or choose another "
-        "--job_log_dir"
-    ]
-    assert os.listdir(read_only) == []
+        "--job_log_dir",
+    }[why]
+    assert result.stderr.splitlines() == [f"pax: error: {message}"]
+    assert os.listdir(folder) == []

@@ -16,12 +16,15 @@ pax image, the lock it was built from ($PAX_LOCKFILE).
    its GOOD and BAD versions are walked the same way, each on top of GOOD.
 
 COMMAND runs in each candidate env (pax.bisect.steps) with a timeout: exit 0 passes, 125 skips
-(as in `git bisect run`), anything else fails. A verdict takes up to `--retries N` + 1 runs
+(as in `git bisect run`), anything else fails; but exit 2 on GOOD (bad input: a mistyped
+argument is the same at every step) stops the bisect with the command's own line. A verdict takes up to `--retries N` + 1 runs
 under pax.bisect.rule: good as soon as `--passes K` (default 1) runs pass, bad once K can no
 longer be reached; `--flaky` is 5 runs, any pass. The report says which verdicts were mixed.
 
 Progress goes to stdout; the report to stderr, its verdict the first and the last line (an
-input error: one line). Output folder (default $XDG_CACHE_HOME/pax/bisect/<time>, ~/.cache when
+input error: one line). The command line (flags, GOOD and BAD, a COMMAND path, --out) is checked
+before anything is made; what needs the wheels (one that cannot be had, a COMMAND name no
+package installs) is found after they are fetched, and recorded in the report. Output folder (default $XDG_CACHE_HOME/pax/bisect/<time>, ~/.cache when
 unset): report.txt, report.json, steps.jsonl, one log per step. Exit status: 0 culprit found
 and confirmed; 1 no confirmed culprit (endpoints do not reproduce, unconfirmed, or another
 change breaks BAD too); 2 the tool's inputs (usage, locks, wheels, index, COMMAND).
@@ -250,15 +253,22 @@ def check_command_name(command: list[str], scripts: set[str], log) -> None:
     )
 
 
-def _bisect(args: argparse.Namespace, run: Findings, out: Path, log) -> None:
+def _locks(args: argparse.Namespace) -> tuple[Lock, Lock, list]:
+    """GOOD's and BAD's locks and the changes between them; InputError for what the command
+    line gets wrong (checked before the output folder is made)."""
     good = _load("--good", args.good, args.platform)
     bad = _load("--bad", args.bad, args.platform)
-    run.good, run.bad = good.label, bad.label
     changes = dist_diff.diff(good.pins, bad.pins)
     if not changes:
         raise InputError("GOOD and BAD pin the same packages: nothing to bisect")
+    check_command(args.command, Path.cwd())
+    return good, bad, changes
+
+
+def _bisect(args: argparse.Namespace, locks, run: Findings, out: Path, log) -> None:
+    good, bad, changes = locks
+    run.good, run.bad = good.label, bad.label
     cwd = Path.cwd()
-    check_command(args.command, cwd)
     find_links = [d if "://" in d else str(Path(d).resolve()) for d in args.find_links]
     cache_dir = (args.cache or user_cache_dir("wheels")).resolve()
     cache = WheelCache(cache_dir, args.index_url, find_links, args.no_index, log=log)
@@ -338,8 +348,9 @@ def _walk_report(walk: dict, trials: Trials, walked: list) -> dict:
 def main(argv: list[str] | None = None, log=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     log = log or (lambda msg: print(f"bisect: {msg}", flush=True))
-    try:
+    try:  # what the command line says is checked before anything is made
         args = parse_args(argv)
+        locks = _locks(args)
         out = (args.out or default_out()).resolve()
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise UsageError(f"output folder {out} is not empty; name another with --out")
@@ -347,7 +358,7 @@ def main(argv: list[str] | None = None, log=None) -> int:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise UsageError(f"cannot make the output folder {out}: {err.strerror}") from None
-    except UsageError as err:
+    except UsageError as err:  # an InputError too
         return report(PROGRAM, err)
     log(f"output folder {out}")
     run = Findings(out, args.command, args.rule)
@@ -361,7 +372,7 @@ def main(argv: list[str] | None = None, log=None) -> int:
         return text
 
     try:
-        _bisect(args, run, out, log)
+        _bisect(args, locks, run, out, log)
     except InputError as err:
         run.error = str(err)
     except BaseException as err:  # interrupted, or a bug: the report still says how far it got

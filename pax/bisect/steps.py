@@ -9,9 +9,10 @@ and a line in steps.jsonl.
 
 COMMAND runs with the env's bin/ first on PATH, pax importable (PYTHONPATH), in the caller's
 folder, with a timeout. A COMMAND that cannot be run at all on GOOD (not found, not executable,
-or, through a shell, exit 126/127, as `git bisect run` checks on its first run) is the user's
-input, not a verdict: InputError. On another candidate it is a bad verdict with that reason (the
-candidate lacks the tool).
+or, through a shell, exit 126/127, as `git bisect run` checks on its first run), or that exits 2
+there (bad input: a mistyped job directory for `compare`, pytest's collection error), is the
+user's input, not a verdict: InputError. On another candidate it is a bad verdict with that
+reason (the candidate lacks the tool, or a package broke the command's imports).
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from pathlib import Path
 from pax.bisect.groups import Group
 from pax.bisect.rule import BAD, GOOD, SKIP, SKIP_EXIT, Rule
 from pax.environments.wheelcache import EnvBuilder
+from pax.errors import USAGE, UsageError
 from pax.lockfile import Pin
 
 _SHELL_CANNOT = {126: "execute", 127: "find"}
 
 
-class InputError(Exception):
+class InputError(UsageError):
     """The tool's own inputs cannot make a bisect; the message is one line naming the fix."""
 
 
@@ -284,12 +286,20 @@ class Trials:
             step.runs.append(run)
             if is_good and run["cannot_run"]:
                 raise InputError(run["cannot_run"])
+            said = [line.strip() for line in run["tail"].splitlines() if line.strip()][-1:]
+            if is_good and run["rc"] == USAGE:
+                # This project's commands exit 2 for bad input (a mistyped job directory),
+                # which is the same at every step: the command is broken, not the env.
+                raise InputError(
+                    f"COMMAND exited {USAGE} (bad input) on GOOD"
+                    + (f": {said[0]}" if said else "")
+                    + "; fix the command, then bisect again"
+                )
             if is_good and len(self.command) == 1 and run["rc"] in _SHELL_CANNOT:
-                said = [line for line in run["tail"].splitlines() if line.strip()][-1:]
                 raise InputError(
                     f"COMMAND exited {run['rc']} on GOOD: the shell could not "
                     f"{_SHELL_CANNOT[run['rc']]} a command in it"
-                    + (f" ({said[0].strip()})" if said else "")
+                    + (f" ({said[0]})" if said else "")
                     + "; check its spelling, and that the lock installs it"
                 )
             return run["verdict"]

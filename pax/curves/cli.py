@@ -7,8 +7,9 @@
 
 `pax-plot JOB_DIR...` is `plot`. The reference defaults to the shipped one for the run's
 experiment (config.json). compare's exit status works as a bisect COMMAND: 0 inside the
-band, 1 outside, 125 the run cannot be judged (missing, no metrics, stopped early), 2 bad
-input (one line on stderr: unknown reference, a run of another experiment or config).
+band, 1 outside, 125 the run cannot be judged yet (started but no metrics, stopped early), 2 bad
+input (one line on stderr: no such job directory, unknown reference, a run of another
+experiment or config).
 `calibration` re-judges the held-out seeds and broken runs a reference keeps: exit 0 when
 every held-out seed passes and every broken run fails, else 1.
 """
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m pax.curves") -> i
         out = plot(runs, args.out, reference=ref, title=args.title)
         print(f"wrote {out}" + (f" (band: reference {ref.name})" if ref else " (no band)"))
         return 0
-    except CurvesError as err:  # outside compare, a run that is not there is bad input too
+    except CurvesError as err:  # bad input, whatever the command
         report(prog, err)
         return USAGE
 

@@ -11,10 +11,11 @@ two-sided Student-t prediction limit: a healthy run (one more seed) is flagged w
 probability at most alpha. The check with the largest |dev| / L decides, and the verdict
 prints it with its margin (L - |dev|, in stds and in loss).
 
-Exit statuses, usable as a bisect COMMAND: 0 inside, 1 outside (a NaN counts), 125 the run
-cannot be judged (no job directory, no metrics, stopped before the checks it should reach;
-`git bisect`'s skip). A run of another experiment or config is not compared at all: that is
-bad input (CurvesError, exit 2), the same on every bisect step.
+Exit statuses, usable as a bisect COMMAND: 0 inside, 1 outside (a NaN counts), 125 a run that
+cannot be judged yet (started but no metrics, stopped before the checks it should reach;
+`git bisect`'s skip). A path that is no job directory (missing, mistyped) or a run of another
+experiment or config is not compared at all: that is bad input (CurvesError, exit 2), the same
+on every bisect step.
 """
 
 from __future__ import annotations

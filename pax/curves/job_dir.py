@@ -16,6 +16,7 @@ from pathlib import Path
 from pax import errors
 
 METRICS_FILE = "metrics.jsonl"
+CONFIG_FILE = "config.json"  # written by the trainer before its first step
 FAULT_FILE = "fault.json"  # written by pax.curves.faults into a run it broke on purpose
 
 
@@ -24,11 +25,13 @@ class CurvesError(errors.UsageError, ValueError):
 
 
 class CannotJudge(errors.CannotJudge, CurvesError):
-    """The run is not there to judge: no job directory, no metrics yet, stopped early.
+    """A run that is there but cannot be judged yet: started (its config.json written) but no
+    metrics logged, or stopped before its last check.
 
-    compare exits 125 on it (`git bisect run`'s "skip"): a bisect step whose training
-    crashed says nothing about the curve, while a wrong command line (exit 2) is the same
-    at every step."""
+    compare exits 125 on it (`git bisect run`'s "skip"): the run says nothing about the curve
+    either way. A path that is no job directory at all (missing, mistyped, a folder without
+    config.json or metrics.jsonl) is a CurvesError, exit 2: a wrong command line is the same at
+    every bisect step, so skipping would hide it."""
 
 
 @dataclasses.dataclass
@@ -110,24 +113,29 @@ def read_run(job_dir: str | Path) -> Run:
     """The run in job_dir; CurvesError (one line) when there is nothing to read."""
     job_dir = Path(job_dir)
     if not job_dir.exists():
-        raise CannotJudge(f"{job_dir}: no such job directory")
+        raise CurvesError(
+            f"{job_dir}: no such job directory; check the path (the --job_log_dir it trained "
+            f"with, the folder holding {CONFIG_FILE} and {METRICS_FILE})"
+        )
     if not job_dir.is_dir():
         raise CurvesError(
             f"{job_dir}: not a directory (give the job directory, the one holding {METRICS_FILE})"
         )
     path = job_dir / METRICS_FILE
     if not path.is_file():
-        raise CannotJudge(
-            f"{job_dir}: no {METRICS_FILE} (not a job directory, or the run "
-            f"has not logged a step yet)"
-        )
+        if not (job_dir / CONFIG_FILE).is_file():
+            raise CurvesError(
+                f"{job_dir}: not a job directory (no {CONFIG_FILE}, no {METRICS_FILE}); give "
+                "the --job_log_dir a run trained with"
+            )
+        raise CannotJudge(f"{job_dir}: no {METRICS_FILE} yet (the run has not logged a step)")
     try:
         curves, skipped = read_metrics(path)
     except OSError as err:
         raise CurvesError(f"{path}: cannot read ({err.strerror or err})") from None
     if not curves:
         raise CannotJudge(f"{path}: no metric rows (empty, or not written by the trainer)")
-    config = _json_or_none(job_dir / "config.json") or {}
+    config = _json_or_none(job_dir / CONFIG_FILE) or {}
     seed = (
         (config.get("task") or {}).get("train", {}).get("seed")
         if isinstance(config.get("task"), dict)

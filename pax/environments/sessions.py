@@ -12,6 +12,7 @@ name and their log.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import shlex
 import subprocess
@@ -55,3 +56,16 @@ def flags(args: Sequence[str], allowed: set[str], usage: str) -> set[str]:
     if unknown:
         raise UsageError(f"unexpected {' '.join(unknown)}; usage: {usage}")
     return set(args)
+
+
+def check_selected(requested: Sequence[str], known: Sequence[str]) -> None:
+    """UsageError naming a requested session that is none of `known`. nox's own answer is exit
+    3 among lines of its own, a status a session's command may return too (pytest's internal
+    error), so the wrapper asks first."""
+    unknown = [name for name in requested if name not in known]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise UsageError(
+            f"unknown session {unknown[0]!r}{hint}; sessions: {', '.join(sorted(known))}"
+        )

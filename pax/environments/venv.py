@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pax import envinfo, interpreters, lockfile, paths
 from pax.environments.install import install_lock, pip_check
-from pax.errors import PaxError, last_line
+from pax.errors import PaxError, UsageError, last_line
 from pax.launch import xla_flags
 from pax.pip import make_venv
 from pax.releases.catalog import Release
@@ -31,8 +31,17 @@ from pax.releases.catalog import Release
 LEGACY_STAMP = "pax-lock.sha256"
 
 
-class EnvMismatch(PaxError, RuntimeError):
-    """The environment does not equal its lockfile (or `pip check` complains)."""
+class EnvMismatch(UsageError, RuntimeError):
+    """The environment is not its lockfile (changed by hand), or cannot be made here (another
+    Python, no such lock): bad input, exit 2, whose fix the one line names."""
+
+
+class EnvBuildFailed(PaxError, RuntimeError):
+    """Building the environment from its lock was tried and failed (an index, a hash)."""
+
+
+# Differences a drift line names before `and N more` (`./noxw -s env` lists them all).
+SHOWN_DIFFERENCES = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,23 +125,39 @@ def _names_this_lock(env: Env) -> bool:
     return stamp.is_file() and stamp.read_text().strip() == env.sha256
 
 
-def verify(env: Env, log=print) -> None:
-    """Raise EnvMismatch unless installed == lock and `pip check` is clean."""
+def verify(env: Env, log=print, just_built: bool = False) -> None:
+    """Raise EnvMismatch unless installed == lock and `pip check` is clean; EnvBuildFailed, the
+    env removed, for one `just_built` from the lock (the build failed, not the user)."""
+    problem = mismatch(env)
+    if problem and just_built:
+        shutil.rmtree(env.path, ignore_errors=True)
+        raise EnvBuildFailed(f"built from the lock, yet {problem}; nothing was kept")
+    if problem:
+        raise EnvMismatch(
+            f"{problem}; remove it (rm -r {env.path}) and rerun: the session builds it again "
+            "from the lock"
+        )
+    count = len(lockfile.parse_lockfile(env.lockfile))
+    log(
+        f"env {env.path.name}: {count} packages == {env.lockfile.name} "
+        f"(sha256 {env.sha256[:12]}), pip check clean"
+    )
+
+
+def mismatch(env: Env) -> str:
+    """How the env differs from its lock, or what `pip check` says, in one line; '' for none."""
     locked = lockfile.versions(lockfile.parse_lockfile(env.lockfile))
     rows = lockfile.differences(lockfile.installed_in(env.python), locked)
     if rows:
-        raise EnvMismatch(
-            f"{env.path} does not match {env.lockfile}:\n"
-            + "".join(f"  {lockfile.difference_text(row)}\n" for row in rows)
-            + f"Rebuild it: rm -r {env.path} (the next session recreates it)"
-        )
+        shown = "; ".join(lockfile.difference_text(row) for row in rows[:SHOWN_DIFFERENCES])
+        if len(rows) > SHOWN_DIFFERENCES:
+            shown += f"; and {len(rows) - SHOWN_DIFFERENCES} more (./noxw -s env lists them)"
+        return f"{env.path} does not match {env.lockfile}: {shown}"
     check = pip_check(env.python)
     if check.returncode != 0:
-        raise EnvMismatch(f"pip check failed in {env.path}:\n{check.stdout}{check.stderr}")
-    log(
-        f"env {env.path.name}: {len(locked)} packages == {env.lockfile.name} "
-        f"(sha256 {env.sha256[:12]}), pip check clean"
-    )
+        said = (check.stdout + check.stderr).splitlines()
+        return f"pip check fails in {env.path}: " + "; ".join(x.strip() for x in said if x.strip())
+    return ""
 
 
 @contextlib.contextmanager
@@ -188,8 +213,8 @@ def _ensure(release: Release, platform: str, root: Path | None, log) -> Env:
     except subprocess.CalledProcessError as err:  # a wrong hash, no network: nothing is kept
         shutil.rmtree(path, ignore_errors=True)
         why = last_line(err.stderr, err.stdout, default=f"exit {err.returncode}")
-        raise EnvMismatch(f"cannot build {path} from {lock}: {why}") from None
-    verify(env, log)
+        raise EnvBuildFailed(f"cannot build {path} from {lock}: {why}") from None
+    verify(env, log, just_built=True)
     write_identity(env)
     log(
         f"env {path.name}: built in {time.monotonic() - started:.1f}s ({installer or 'nothing to install'})"

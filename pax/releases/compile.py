@@ -22,7 +22,7 @@ from pax.releases.catalog import (
     TEST_LOCK,
     Release,
     load,
-    pop_release,
+    resolve,
 )
 
 PIP_COMPILE_FLAGS = (
@@ -241,7 +241,9 @@ def lock_from_args(args: list[str], root: Path | None = None, log=print) -> None
     bad = [p for p in platforms if p not in LOCKS]
     if bad:
         raise LockUsage(f"unknown lock(s) {' '.join(bad)}; locks: {', '.join(LOCKS)}")
-    release = make_nightly(root) if name == NIGHTLY else pop_release([name])
+    # The word is the release itself, never optional: one that is none (``, a typo) is refused,
+    # as diff and bisect refuse it, instead of meaning the newest.
+    release = make_nightly(root) if name == NIGHTLY else resolve(name, root)
     lock(release, platforms or None, root, log=log)
 
 

@@ -1,8 +1,9 @@
 """The train and eval loops: every side effect (files, logs) lives here, around pure steps.
 
-A run (pax.train.instantiate) is trained in the order this file reads: the job directory checked,
-the newest checkpoint restored, config.json and manifest.json written, then the steps, each
-saving, summarizing and evaluating on its schedule; `evaluate` restores and evaluates once."""
+A run (pax.train.instantiate; its job directory checked by pax.train.job_dir) is trained in the
+order this file reads: the newest checkpoint restored, config.json and manifest.json written,
+then the steps, each saving, summarizing and evaluating on its schedule; `evaluate` restores and
+evaluates once."""
 
 from __future__ import annotations
 
@@ -26,26 +27,6 @@ from pax.train import job_config, manifest, mfu, placement, preemption
 from pax.train import state as state_lib
 from pax.train import summaries as summaries_lib
 from pax.train.instantiate import TrainingRun
-
-
-def check_job_dir(job_dir: str) -> None:
-    """UsageError when job_dir cannot be a job directory this user writes: a file is in the way,
-    or it (or the folder it would be made in) is not writable. pax.main asks first, so that this
-    is its one line, before anything is built or written."""
-    path = os.path.abspath(job_dir)
-    while not os.path.lexists(path):
-        path = os.path.dirname(path)
-    if not os.path.isdir(path):
-        raise UsageError(
-            f"--job_log_dir={job_dir}: {path} is a file, not a directory; choose another "
-            "--job_log_dir"
-        )
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise UsageError(
-            f"cannot write the job directory {job_dir}: {path} is not writable by this user "
-            f"(uid {os.getuid()}); make it writable by uid {os.getuid()}, or choose another "
-            "--job_log_dir"
-        )
 
 
 def train(

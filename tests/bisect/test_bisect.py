@@ -236,15 +236,13 @@ def test_endpoints_that_do_not_reproduce(tmp_path, index, cache):
 
 def test_default_folders_are_under_the_user_cache(tmp_path, index, capsys, monkeypatch):
     """No --out, no --cache: $XDG_CACHE_HOME/pax, not the checkout. Also: a mistyped GOOD
-    path is `no such file`, not a list of releases."""
+    path is `no such file`, not a list of releases, and refused before anything is made."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     bad = write_lock(tmp_path / "bad.txt", {"q00": "1.0"}, index)
     rc = bisect.main(["--good", str(tmp_path / "god.txt"), "--bad", str(bad), "--", "true"])
     err = capsys.readouterr().err
     assert rc == 2 and err == f"pax bisect: error: --good {tmp_path / 'god.txt'}: no such file\n"
-    (out,) = (tmp_path / "xdg" / "pax" / "bisect").iterdir()
-    report = json.loads((out / "report.json").read_text())
-    assert report["status"] == "error" and report["exit"] == 2 and "no such file" in report["error"]
+    assert not (tmp_path / "xdg").exists()
     good = write_lock(tmp_path / "good.txt", {"q00": "2.0"}, index)
     argv = ["--good", str(good), "--bad", str(bad), "--no-index", "--find-links", str(index)]
     rc = bisect.main([*argv, "--", "python", "-c", "import q00"], log=lambda m: None)
@@ -253,7 +251,7 @@ def test_default_folders_are_under_the_user_cache(tmp_path, index, capsys, monke
         "q00-1.0-py3-none-any.whl",
         "q00-2.0-py3-none-any.whl",
     ]
-    assert len(list((tmp_path / "xdg" / "pax" / "bisect").iterdir())) == 2
+    assert len(list((tmp_path / "xdg" / "pax" / "bisect").iterdir())) == 1
 
 
 def one_line_error(capsys, rc, out):
@@ -278,9 +276,11 @@ def test_command_that_cannot_run(tmp_path, index, cache, capsys):
     assert report["steps"] == []  # stopped before any env was built
     script = tmp_path / "check.sh"
     script.write_text("#!/bin/sh\nexit 0\n")
-    rc, _, _ = run_bisect(tmp_path / "b", index, cache, good, bad, command=[str(script)])
-    report = one_line_error(capsys, rc, tmp_path / "b" / "out")
-    assert report["error"].startswith(f"COMMAND {script} is not executable: chmod +x it")
+    with pytest.raises(FileNotFoundError):  # a path is checked before the output folder is made
+        run_bisect(tmp_path / "b", index, cache, good, bad, command=[str(script)])
+    err = capsys.readouterr().err
+    assert err.startswith(f"pax bisect: error: COMMAND {script} is not executable: chmod +x it")
+    assert not (tmp_path / "b" / "out").exists()
     # one word is a shell line: the shell's 127 on GOOD is a missing command (as git bisect
     # run checks on its first run), not a bad verdict
     rc, _, _ = run_bisect(tmp_path / "c", index, cache, good, bad, command=["pytset -x"])
@@ -357,8 +357,43 @@ def test_wheels_that_cannot_be_had(tmp_path, index, capsys):
     report = run("offline", good, "--index-url", "http://127.0.0.1:9/simple")
     assert report["error"].startswith("index http://127.0.0.1:9/simple is unreachable (")
     assert "--no-index --find-links DIR" in report["error"]
-    report = run("same", good, *base, bad_lock=good)
-    assert report["error"] == "GOOD and BAD pin the same packages: nothing to bisect"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--good", "{good}", "--bad", "{good}"], "GOOD and BAD pin the same packages"),
+        (["--good", "{good}", "--bad", "{tmp}/bda.txt"], "--bad {tmp}/bda.txt: no such file"),
+        (["--good", "{good}", "--bad", "9.9.9"], "unknown release '9.9.9'"),
+        (["--good", "{good}", "--bad", "{bad}", "--retries", "-1"], "--retries must be 0"),
+    ],
+)
+def test_bad_input_makes_nothing(tmp_path, index, capsys, argv, message):
+    """The command line is checked whole before the output folder or the wheel cache is made."""
+    good = write_lock(tmp_path / "good.txt", {"q00": "1.0"}, index)
+    bad = write_lock(tmp_path / "bad.txt", {"q00": "2.0"}, index)
+    folders = ["--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")]
+    argv = [a.format(good=good, bad=bad, tmp=tmp_path) for a in argv]
+    assert bisect.main([*argv, *folders, "--", "true"], log=lambda m: None) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message.format(tmp=tmp_path) in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "good.txt"]
+
+
+def test_a_command_that_exits_2_on_good_stops_the_bisect(tmp_path, index, cache, capsys):
+    """compare on a mistyped job directory says so (exit 2) at every step: the bisect stops on
+    GOOD with its line, instead of judging every candidate bad (or skipping them all)."""
+    typo = tmp_path / "runs" / "tiyn"
+    command = ["python", "-m", "pax.curves", "compare", str(typo)]
+    good, bad = {"p13": "1.0"}, {"p13": "1.1"}
+    rc, _, _ = run_bisect(tmp_path, index, cache, good, bad, command=command)
+    report = one_line_error(capsys, rc, tmp_path / "out")
+    assert report["error"] == (
+        f"COMMAND exited 2 (bad input) on GOOD: python -m pax.curves: error: {typo}: no such "
+        "job directory; check the path (the --job_log_dir it trained with, the folder holding "
+        "config.json and metrics.jsonl); fix the command, then bisect again"
+    )
+    assert [s["verdict"] for s in report["steps"]] == ["error"]
 
 
 # Pure parts: no environments.

@@ -74,10 +74,11 @@ def test_bisect_names_the_package_and_release_that_moved_the_curve(toy):
     good = {"toyopt": "1.0", **{name: "1" for name in FILLERS}}
     bad = {"toyopt": "2.0", **{name: "2" for name in FILLERS}}
     job = root / "bisect-run"
-    # "train; compare", not "&&": a candidate whose training crashes leaves no metrics, and
-    # compare says so with 125 (skip) instead of a crash counting as a moved curve.
+    # "train; compare", not "&&": a candidate whose training crashes is skipped (125) instead of
+    # counting as a moved curve: by `test -d` before the job directory exists (compare refuses
+    # a missing one with 2), by compare once it exists without metrics.
     command = (
-        f"rm -rf {job}; python {trainer} {job} 4242; "
+        f"rm -rf {job}; python {trainer} {job} 4242; test -d {job} || exit 125; "
         f"python -m pax.curves compare {job} --reference {root / 'Toy.json'}"
     )
     out = root / "out"

@@ -80,7 +80,14 @@ def test_nan_is_kept(make_run):
     [
         (lambda p: p / "absent", "no such job directory"),
         (lambda p: (p / "file").write_text("x") and p / "file", "not a directory"),
-        (lambda p: (p / "empty").mkdir() or p / "empty", "no metrics.jsonl"),
+        (lambda p: (p / "empty").mkdir() or p / "empty", "not a job directory"),
+        (
+            lambda p: (
+                ((p / "started").mkdir(), (p / "started" / "config.json").write_text("{}"))
+                and p / "started"
+            ),
+            "no metrics.jsonl yet",
+        ),
         (
             lambda p: (
                 ((p / "blank").mkdir(), (p / "blank" / "metrics.jsonl").write_text("\n"))
@@ -450,13 +457,16 @@ def test_cli_compare_exit_statuses(tmp_path, make_run, reference_file, capsys):
     assert "CANNOT JUDGE" in capsys.readouterr().out
     assert main(["compare", str(early), "--partial", *ref]) == 0
     capsys.readouterr()
-    (tmp_path / "emptydir").mkdir()
-    for missing in (tmp_path / "absent", tmp_path / "emptydir"):
-        assert main(["compare", str(missing), *ref]) == 125
-        err = capsys.readouterr().err
-        assert (
-            err.startswith("python -m pax.curves: error: cannot judge: ") and err.count("\n") == 1
-        )
+    # Started (config.json written) but no step logged yet: nothing to judge either way.
+    started = tmp_path / "started"
+    started.mkdir()
+    (started / "config.json").write_text("{}")
+    assert main(["compare", str(started), *ref]) == 125
+    err = capsys.readouterr().err
+    assert err == (
+        f"python -m pax.curves: error: cannot judge: {started}: no metrics.jsonl yet (the run "
+        "has not logged a step)\n"
+    )
 
 
 def test_cli_calibration(reference_file, capsys):
@@ -479,6 +489,9 @@ def test_cli_calibration(reference_file, capsys):
         (["compare", "{other}", "--reference", "{ref}"], "is a run of x.Other"),
         (["compare", "{lr}", "--reference", "{ref}"], "ran another config"),
         (["compare", "{tmp}/file"], "not a directory"),
+        # a mistyped run directory is the same at every bisect step: bad input, not "skip"
+        (["compare", "{tmp}/nope"], "{tmp}/nope: no such job directory; check the path"),
+        (["compare", "{tmp}"], "not a job directory (no config.json, no metrics.jsonl)"),
         (["plot", "{tmp}/nope"], "no such job directory"),
         (["plot", "{run}", "--reference", "NoSuchExp"], "unknown reference"),
     ],
@@ -492,7 +505,7 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, make_run, reference_file, capsy
     argv = [a.format(tmp=tmp_path, run=run, other=other, ref=reference_file, lr=lr) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1, err
+    assert message.format(tmp=tmp_path) in err and err.count("\n") == 1, err
 
 
 @pytest.mark.parametrize(
@@ -512,15 +525,15 @@ def test_cli_usage_errors_exit_2(argv, capsys):
     assert capsys.readouterr().err.count("\n") == 1
 
 
-def test_cli_as_module_cannot_judge_a_missing_run(tmp_path):
+def test_cli_as_module_refuses_a_missing_run(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "pax.curves", "compare", str(tmp_path / "x")],
         cwd=ROOT,
         capture_output=True,
         text=True,
     )
-    assert out.returncode == 125 and out.stdout == ""
-    assert out.stderr.strip().endswith("no such job directory") and out.stderr.count("\n") == 1
+    assert out.returncode == 2 and out.stdout == ""
+    assert "no such job directory" in out.stderr and out.stderr.count("\n") == 1
 
 
 def test_record_keeps_lockfiles_repo_relative(tmp_path, make_run):

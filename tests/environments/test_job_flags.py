@@ -78,6 +78,15 @@ def test_lock_usage(args, message):
         locks.lock_from_args(args)
 
 
+@pytest.mark.parametrize("word", ["", "newest", "cpu"])
+def test_lock_refuses_a_word_that_is_no_release(word, monkeypatch):
+    """The release word is not optional to lock: an empty or mistyped one is refused, as diff
+    and bisect refuse it, never read as the newest release."""
+    monkeypatch.setattr(locks, "lock", lambda *a, **k: pytest.fail("lock() ran"))
+    with pytest.raises(catalog.UnknownRelease, match=rf"^unknown release '{word}'; known"):
+        locks.lock_from_args([word])
+
+
 def test_image_commands_need_release_and_platform():
     with pytest.raises(images_cli.ImageError, match=r"^usage: ./noxw -s build -- R P") as e:
         images_cli.run_command("build", ["1.6.0", "--tag=x"], "R P")

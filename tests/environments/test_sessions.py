@@ -42,7 +42,7 @@ CASES = {
     "bench_c4": (["9.9.9"], USAGE, f"bench_c4: error: {UNKNOWN}"),
     "data": (["9.9.9"], USAGE, f"data: error: {UNKNOWN}"),
     "plot": ([], USAGE, "python -m pax.curves plot: error: the following arguments"),
-    "compare": (["{tmp}"], CANNOT_JUDGE, "python -m pax.curves: error: cannot judge"),
+    "compare": (["{tmp}/tiyn"], USAGE, "python -m pax.curves: error: "),
     "aot": (["9.9.9"], USAGE, f"aot: error: {UNKNOWN}"),
     "tutorial": (["9.9.9"], USAGE, f"tutorial: error: {UNKNOWN}"),
     "lint": (["--bogus"], USAGE, "lint: error: unexpected --bogus"),
@@ -98,6 +98,19 @@ def test_a_session_exits_with_its_commands_status(session, tmp_path):
     assert sorted((ROOT / ".venv").glob("pax-*")) == venvs  # refused before any env was built
 
 
+def test_an_unknown_session_is_one_line_exit_2():
+    result = noxw("-s", "lint", "trian")
+    assert_ends_with_one_line(result, USAGE, "noxw: error: unknown session 'trian' (did you mean")
+    assert result.stderr.splitlines()[-1].endswith("tutorial, verify")  # every session named
+    assert "nox >" not in result.stderr  # nothing ran, not even lint
+
+
+def test_check_selected_names_the_first_unknown_session():
+    sessions.check_selected(["test", "lint"], ["lint", "test"])
+    with pytest.raises(UsageError, match=r"^unknown session 'lnit' \(did you mean lint\?\); "):
+        sessions.check_selected(["test", "lnit"], ["lint", "test"])
+
+
 def test_pytests_own_status_passes_through():
     # pytest says 4 for a usage error; nox would have made it 1
     result = noxw("-s", "test", "--", "--no-such-option")
@@ -147,9 +160,54 @@ def test_flags_names_what_a_session_does_not_take():
         sessions.flags(["--chek", "x"], {"--check"}, "readme -- [--check]")
 
 
-def test_the_documented_table_lists_every_status():
+def _documented() -> dict[int, str]:
+    """docs/troubleshooting.md's exit-status table: status -> its rows' `from` cells."""
     page = (ROOT / "docs" / "troubleshooting.md").read_text()
     table = page.split("## Exit status")[1].split("\n## ")[0]
-    documented = {int(c) for c in re.findall(r"^\| (\d+) \|", table, re.M)}
-    assert documented == {0, FAILURE, USAGE, PREEMPTED, CANNOT_JUDGE}
-    assert "own status" in table and "nox" in table
+    rows: dict[int, str] = {}
+    for code, source in re.findall(r"^\| (\d+) \| ([^|]*) \|", table, re.M):
+        rows[int(code)] = rows.get(int(code), "") + source
+    return rows
+
+
+def _literal_statuses() -> dict[int, list[str]]:
+    """Every status pax, noxw and the noxfile write as a number: a `main`'s `return N`, an
+    `exit_code` or `EXIT_*` of N, `sys.exit(N)`, `SystemExit(N)`; status -> where."""
+    found: dict[int, list[str]] = {}
+
+    def add(value, path, node):
+        if type(value) is int:
+            found.setdefault(value, []).append(f"{path.relative_to(ROOT)}:{node.lineno}")
+
+    for path in [*(ROOT / "pax").rglob("*.py"), ROOT / "noxw", ROOT / "noxfile.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name in ("main", "exit_code"):
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.Return) and isinstance(inner.value, ast.Constant):
+                        add(inner.value.value, path, inner)
+            elif (
+                isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+            ):
+                if ast.unparse(node.func) in ("sys.exit", "SystemExit"):
+                    add(node.args[0].value, path, node)
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+                if any(n == "exit_code" or n.startswith("EXIT_") for n in names):
+                    add(node.value.value, path, node)
+    return found
+
+
+def test_the_documented_table_lists_every_status():
+    """Every status the code can end with is a row, and every row is a status something returns:
+    pax.errors' classes, the numbers the commands write, pytest's (`test` passes them through)
+    and nox's own for a selection that matches no session (an unknown name is caught first)."""
+    documented = _documented()
+    from_code = {code: ["pax.errors"] for code in (FAILURE, USAGE, CANNOT_JUDGE)}
+    from_code.update(_literal_statuses())
+    missing = {code: where for code, where in from_code.items() if code not in documented}
+    assert not missing, f"statuses the code returns that the table lacks: {missing}"
+    pytests = {int(code) for code in pytest.ExitCode}
+    assert all("`test`" in documented.get(code, "") for code in pytests - {0})
+    result = noxw("-k", "no_such_session_keyword")
+    assert result.returncode == 3 and "./noxw" in documented[3], result.stderr[-500:]
+    assert set(documented) == set(from_code) | pytests | {3}, "a row for a status nothing returns"

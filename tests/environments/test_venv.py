@@ -32,18 +32,39 @@ def test_pip_env_ignores_machine_pip_settings():
     }
 
 
-def test_an_env_that_differs_from_its_lock_is_named_line_by_line(tmp_path):
+def test_an_env_that_differs_from_its_lock_is_named_in_one_line(tmp_path):
     release = _release(tmp_path)
     env = venv.ensure(release, "cpu", root=tmp_path, log=lambda *_: None)
-    release.lockfile("cpu").write_text("numpy==2.4.0\n")
+    pins = ["numpy==2.4.0", "absl-py==2.1.0", "six==1.16.0", "attrs==23.1.0"]
+    release.lockfile("cpu").write_text("\n".join(pins) + "\n")
     changed = dataclasses.replace(env, sha256=lockfile.sha256_file(release.lockfile("cpu")))
     with pytest.raises(venv.EnvMismatch) as err:
         venv.verify(changed, log=lambda *_: None)
-    assert str(err.value).splitlines() == [
-        f"{env.path} does not match {env.lockfile}:",
-        "  numpy==2.4.0 is in the lock but not installed",
-        f"Rebuild it: rm -r {env.path} (the next session recreates it)",
+    assert str(err.value) == (
+        f"{env.path} does not match {env.lockfile}: absl-py==2.1.0 is in the lock but not "
+        "installed; attrs==23.1.0 is in the lock but not installed; numpy==2.4.0 is in the lock "
+        f"but not installed; and 1 more (./noxw -s env lists them); remove it (rm -r {env.path}) "
+        "and rerun: the session builds it again from the lock"
+    )
+
+
+def test_a_session_on_an_env_changed_by_hand_stops_in_one_line_exit_2(tmp_path, capsys):
+    """A package installed into the env by hand (its metadata is what pip and the check read):
+    the session's one line and exit 2, bad input whose fix is to remove the env."""
+    release = _release(tmp_path)
+    env = venv.ensure(release, "cpu", root=tmp_path, log=lambda *_: None)
+    (site,) = env.path.glob("lib/python3.*/site-packages")
+    (site / "extra-1.0.dist-info").mkdir()
+    (site / "extra-1.0.dist-info" / "METADATA").write_text("Name: extra\nVersion: 1.0\n")
+    with pytest.raises(SystemExit) as stop, sessions.one_line("train"):
+        venv.ensure(release, "cpu", root=tmp_path, log=lambda *_: None)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"train: error: {env.path} does not match {env.lockfile}: extra==1.0 is installed but not "
+        f"in the lock; remove it (rm -r {env.path}) and rerun: the session builds it again from "
+        "the lock"
     ]
+    assert (site / "extra-1.0.dist-info").is_dir()  # the env is left as it is, for `env` to show
 
 
 def _release(tmp_path, lock_text=""):
