@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 import tomllib
 from pathlib import Path
 
-from pax import lockfile, paths
+from pax import interpreters, lockfile, paths
 from pax.errors import PaxError, UsageError
 from pax.lockfile import sha256_file, version_key
 
@@ -153,10 +154,29 @@ def newest(root: Path | None = None) -> Release:
     return cut[-1]
 
 
+def runnable(root: Path | None = None) -> Release:
+    """The newest cut release this machine has a Python for, so a machine with only Python 3.11
+    runs the newest release for 3.11 (saying so on stderr); the newest when none has one, whose
+    env then names the Python it needs."""
+    cut = list_releases(root)
+    for release in reversed(cut):
+        if any(interpreters.find(version) for version in release.pythons):
+            if release is not cut[-1]:
+                print(
+                    f"note: release {cut[-1].version} needs Python {' or '.join(cut[-1].pythons)}, "
+                    f"which this machine lacks; taking {release.version}, the newest for Python "
+                    f"{' or '.join(release.pythons)} (name a release to choose)",
+                    file=sys.stderr,
+                )
+            return release
+    return newest(root)
+
+
 def resolve(name: str | None, root: Path | None = None) -> Release:
-    """`None` -> newest cut release; `1.4.0` / `v1.4.0` / `r1.4.0` -> that one; `nightly` if locked."""
+    """`None` -> the newest cut release this machine can run (`runnable`); `1.4.0` / `v1.4.0` /
+    `r1.4.0` -> that one; `nightly` if locked."""
     if name is None:
-        return newest(root)
+        return runnable(root)
     wanted = name[1:] if name[:1] in ("v", "r") and _VERSION_RE.match(name[1:]) else name
     for release in list_releases(root):
         if release.version == wanted:

@@ -2,6 +2,7 @@
 
 import re
 import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -196,3 +197,29 @@ def test_the_package_version_is_the_newest_release():
     import pax
 
     assert pax.__version__ == release.newest().version
+
+
+def _releases(root, **pythons):
+    for version, python in pythons.items():
+        directory = root / "releases" / version.replace("_", ".")
+        directory.mkdir(parents=True)
+        (directory / "release.toml").write_text(f"python = {python!r}\n".replace("'", '"'))
+
+
+def test_the_default_release_is_the_newest_this_machine_has_a_python_for(tmp_path, capsys):
+    running = "%d.%d" % sys.version_info[:2]
+    _releases(tmp_path, v1_0_0=running, v2_0_0=["3.98", "3.99"])
+    assert release.resolve(None, tmp_path).version == "1.0.0"
+    note = capsys.readouterr().err.strip()
+    assert note == (
+        f"note: release 2.0.0 needs Python 3.98 or 3.99, which this machine lacks; taking 1.0.0, "
+        f"the newest for Python {running} (name a release to choose)"
+    )
+    assert release.resolve("2.0.0", tmp_path).version == "2.0.0"  # named: taken as asked
+
+
+def test_the_newest_release_is_the_default_where_its_python_is_found(tmp_path, capsys):
+    running = "%d.%d" % sys.version_info[:2]
+    _releases(tmp_path, v1_0_0="3.99", v2_0_0=["3.98", running])
+    assert release.resolve(None, tmp_path).version == "2.0.0"
+    assert capsys.readouterr().err == ""
