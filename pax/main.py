@@ -4,6 +4,7 @@ Bad input (an unknown experiment, a bad override, a mesh that does not fit) is r
 line on stderr with exit status 2, before anything is written.
 """
 
+import contextlib
 import logging as std_logging
 import os
 import sys
@@ -154,15 +155,12 @@ def main(argv):
             "job directory: %s (metrics: %s/metrics.jsonl)", _JOB_LOG_DIR.value, _JOB_LOG_DIR.value
         )
         return 0
-    # Nothing to save first: a signal stops them where they are (a decode file is written whole,
-    # a temporary file renamed), and a rerun decodes or evaluates again.
-    with preemption.interrupting():
-        if _MODE.value == "decode_once":
-            decoder_lib.decode_once(decoder)
-        elif _MODE.value == "decode":
-            decoder_lib.follow(decoder)
-        else:
-            loop.evaluate(run, _JOB_LOG_DIR.value, name, _ALLOW_ENV_CHANGE.value)
+    if _MODE.value == "decode_once":
+        decoder_lib.decode_once(decoder)
+    elif _MODE.value == "decode":
+        decoder_lib.follow(decoder)
+    else:
+        loop.evaluate(run, _JOB_LOG_DIR.value, name, _ALLOW_ENV_CHANGE.value)
     return 0
 
 
@@ -178,8 +176,12 @@ def _main_with_usage_errors(argv):
     2 bad input, 75 stopped by SIGTERM/SIGINT: training after saving (rerun to resume),
     decoding and evaluating where they were (rerun to go on)."""
     logging.get_absl_handler().addFilter(_OnlyPaxInfo())
+    # Decoding and evaluating have nothing to save first: a signal, from the start, stops them
+    # where they are (a decode file is written whole, a temporary file renamed).
+    saving = _MODE.value == "train"
     try:
-        return main(argv)
+        with contextlib.nullcontext() if saving else preemption.interrupting():
+            return main(argv)
     except preemption.Preempted as e:
         logging.warning("preempted: %s", e)
         sys.exit(preemption.EXIT_PREEMPTED)
