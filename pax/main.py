@@ -4,6 +4,7 @@ Bad input (an unknown experiment, a bad override, a mesh that does not fit) is r
 line on stderr with exit status 2, before anything is written.
 """
 
+import contextlib
 import logging as std_logging
 import os
 import sys
@@ -141,13 +142,7 @@ def main(argv):
         logging.info("%s", as_trained)
     if cache:
         logging.info("compiled programs kept in %s (%s=none: off)", cache, compile_cache.VARIABLE)
-    if _MODE.value == "decode_once":
-        decoder_lib.decode_once(decoder)
-    elif _MODE.value == "decode":
-        decoder_lib.follow(decoder)
-    elif _MODE.value == "eval":
-        loop.evaluate(run, _JOB_LOG_DIR.value, name, _ALLOW_ENV_CHANGE.value)
-    else:
+    if _MODE.value == "train":
         loop.train(
             run,
             _JOB_LOG_DIR.value,
@@ -159,6 +154,13 @@ def main(argv):
         logging.info(
             "job directory: %s (metrics: %s/metrics.jsonl)", _JOB_LOG_DIR.value, _JOB_LOG_DIR.value
         )
+        return 0
+    if _MODE.value == "decode_once":
+        decoder_lib.decode_once(decoder)
+    elif _MODE.value == "decode":
+        decoder_lib.follow(decoder)
+    else:
+        loop.evaluate(run, _JOB_LOG_DIR.value, name, _ALLOW_ENV_CHANGE.value)
     return 0
 
 
@@ -171,12 +173,20 @@ class _OnlyPaxInfo(std_logging.Filter):
 
 def _main_with_usage_errors(argv):
     """Exit status: 0 done, 1 the run failed (NaN/Inf loss, a checkpoint write failed),
-    2 bad input, 75 preempted by SIGTERM/SIGINT after saving (rerun to resume)."""
+    2 bad input, 75 stopped by SIGTERM/SIGINT: training after saving (rerun to resume),
+    decoding and evaluating where they were (rerun to go on)."""
     logging.get_absl_handler().addFilter(_OnlyPaxInfo())
+    # Decoding and evaluating have nothing to save first: a signal, from the start, stops them
+    # where they are (a decode file is written whole, a temporary file renamed).
+    saving = _MODE.value == "train"
     try:
-        return main(argv)
+        with contextlib.nullcontext() if saving else preemption.interrupting():
+            return main(argv)
     except preemption.Preempted as e:
         logging.warning("preempted: %s", e)
+        sys.exit(preemption.EXIT_PREEMPTED)
+    except preemption.Interrupted as e:
+        logging.warning("--mode=%s stopped by %s; rerun the same command", _MODE.value, e.signal)
         sys.exit(preemption.EXIT_PREEMPTED)
     except PaxError as e:  # bad input (2), or a run that failed: NaN/Inf, a checkpoint (1)
         sys.exit(report("pax", e))

@@ -25,7 +25,6 @@ import argparse
 import json
 import shlex
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from pax.curves import CurvesError, faults
 from pax.curves import record as curves_record
 from pax.curves.job_dir import read_metrics
 from pax.curves.reference import REFERENCES_DIR, Reference, load_reference, shipped_name
+from pax.environments import sessions
 
 DEFAULT_EXPERIMENT = "tasks.lm.params.lm_cloud.LmCloudSpmdTiny"
 DEFAULT_SEEDS = "1-10"
@@ -156,8 +156,14 @@ def record(
         else:
             shutil.rmtree(root / job_dir, ignore_errors=True)  # a fresh run, never a resume
             start = time.monotonic()
-            if subprocess.run([str(python), "-m", *module, *flags], cwd=root, env=env).returncode:
-                raise CurvesError(f"{job}: training failed; see its log above ({job_dir})")
+            # A signal reaches the run, which saves; the session ends with the run's status.
+            code = sessions.call([python, "-m", *module, *flags], env, cwd=root)
+            if code:
+                failed = CurvesError(
+                    f"{job}: training failed (exit {code}); see its log above ({job_dir})"
+                )
+                failed.exit_code = code
+                raise failed
             wall = round(time.monotonic() - start, 1)
             log(f"references: {job} took {wall:.0f} s")
         return curves_record.Recorded(root / job_dir, shlex.join([*shown, *flags]), wall)

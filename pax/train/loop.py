@@ -188,6 +188,12 @@ def _train_steps(run: TrainingRun, place, state, step: int, edges: _Edges) -> di
             metrics = place.metrics(metrics)
             step += 1
             timer.step_done(metrics)
+            # jax returns before a step has run: without a wait the loop would queue steps up
+            # to the next read-back (a summary, a checkpoint), and a signal would stop the run
+            # only after all of them. Waiting for the step before this one keeps one step
+            # queued behind the one running, enough to keep the devices busy.
+            if unchecked:
+                jax.block_until_ready(unchecked[-1][1])
             unchecked.append((step, metrics["finite"]))
             # Every process gets the same answer at the same step (preemption.py), so all
             # of them save this step together; a signal landing later waits for the next.

@@ -12,8 +12,14 @@ coordination service, every process reports how far it got, and
 multihost_utils.reached_preemption_sync_point(i) is true on all of them at the same i, one past
 the furthest. So with several processes the loop leaves SIGTERM to jax (a Python handler would
 replace jax's) and forwards SIGINT to it as a SIGTERM.
+
+The loop keeps one step queued behind the one the devices run (loop.py), so the step it saves
+is the one running when the signal came or the next one.
+
+Decoding and evaluating have nothing to save: `interrupting` stops them where they are.
 """
 
+import contextlib
 import os
 import signal
 
@@ -33,6 +39,35 @@ class Preempted(Exception):
             f"{reason} at step {step}: checkpoint saved; rerun the same command to resume"
         )
         self.step = step
+
+
+class Interrupted(BaseException):
+    """A signal stopped a command that saves nothing (decoding, evaluating). Not an Exception,
+    as KeyboardInterrupt is not: code that takes any Exception for a checkpoint that does not
+    read back must not take a signal for one."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.signal = name
+
+
+@contextlib.contextmanager
+def interrupting():
+    """Within, the first SIGTERM or SIGINT raises Interrupted where the program is (once the
+    jax call it may be waiting in returns); later ones are ignored, so clean-up runs whole."""
+    received = []
+
+    def handle(signum, _frame):
+        if not received:
+            received.append(signum)
+            raise Interrupted(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class SignalCatcher:

@@ -156,7 +156,8 @@ def test_failed_training_stops_the_recording(tmp_path, fake_python):
     args = refs.parse_args(
         ["--exp=tests.Fake", "--seeds=1,666", "--held-out=none", "--faults=none", f"--out={out}"]
     )
-    with pytest.raises(CurvesError, match="seed666: training failed"):
+    with pytest.raises(CurvesError, match=r"seed666: training failed \(exit 3\)") as failed:
         refs.record(fake_python, {}, "1.6.0", args, log=lambda m: None, root=tmp_path)
+    assert failed.value.exit_code == 3  # the session ends with the run's own status
     assert not out.exists()
     assert json.loads((tmp_path / "runs/references/Fake/seed1/config.json").read_text())

@@ -3,7 +3,11 @@
 started here with an input its command refuses, and nothing of nox's own failure lines follows."""
 
 import ast
+import contextlib
+import os
+import pty
 import re
+import signal
 import subprocess
 import sys
 
@@ -211,3 +215,100 @@ def test_the_documented_table_lists_every_status():
     result = noxw("-k", "no_such_session_keyword")
     assert result.returncode == 3 and "./noxw" in documented[3], result.stderr[-500:]
     assert set(documented) == set(from_code) | pytests | {3}, "a row for a status nothing returns"
+
+
+# A command that takes SIGINT and SIGTERM as pax.main does: it finishes what it is doing,
+# says which signals it got, and exits 75.
+COMMAND = """
+import signal, sys, time
+got = []
+for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, lambda sig, _: got.append(signal.Signals(sig).name))
+print("ready", flush=True)
+while not got:
+    time.sleep(0.01)
+time.sleep(0.3)  # a second copy of the signal, if one comes, comes within this
+print("got", *got, flush=True)
+sys.exit(75)
+"""
+# The session's process: a nox session that runs the command through sessions.run.
+SESSION = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from pax.environments import sessions
+sessions.run([sys.executable, *sys.argv[1:]])
+"""
+
+
+def _group_is_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def _killed_at_the_end(pgid: int):
+    """Whatever the test finds, nothing it started outlives it."""
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize(
+    "send",
+    [
+        pytest.param(lambda pid: os.killpg(pid, signal.SIGINT), id="SIGINT-to-the-group"),
+        pytest.param(lambda pid: os.kill(pid, signal.SIGINT), id="SIGINT-to-the-session"),
+        pytest.param(lambda pid: os.kill(pid, signal.SIGTERM), id="SIGTERM-to-the-session"),
+    ],
+)
+def test_a_signal_reaches_the_command_and_the_session_ends_with_its_status(send, tmp_path):
+    """As a scheduler sends them: to the process group, or to the session's process alone."""
+    (tmp_path / "command.py").write_text(COMMAND)
+    session = subprocess.Popen(
+        [sys.executable, "-c", SESSION, str(tmp_path / "command.py")],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    with _killed_at_the_end(session.pid):
+        assert session.stdout.readline() == "ready\n"
+        send(session.pid)
+        said, _ = session.communicate(timeout=60)  # its end and the command's (stdout closed)
+        assert session.returncode == PREEMPTED, said
+        # The group's signal reaches the command directly and through the session: two copies.
+        assert said.split()[:2] == ["got", "SIGTERM" if "TERM" in said else "SIGINT"], said
+        assert _group_is_gone(session.pid)
+
+
+def test_a_terminals_ctrl_c_reaches_the_command_once(tmp_path):
+    """^C in a terminal: the kernel signals the foreground group, so the session passes on
+    nothing more (a command that counts interrupts, like pytest, sees one)."""
+    (tmp_path / "command.py").write_text(COMMAND)
+    pid, terminal = pty.fork()  # the session on a terminal of its own, as in a shell
+    if pid == 0:
+        os.execv(sys.executable, [sys.executable, "-c", SESSION, str(tmp_path / "command.py")])
+    with _killed_at_the_end(pid), open(terminal, "rb", buffering=0) as screen:
+        said = b""
+        while b"ready" not in said:
+            said += screen.read(1024)
+        screen_input = os.dup(terminal)
+        os.write(screen_input, b"\x03")  # ^C, which the terminal turns into SIGINT
+        os.close(screen_input)
+        with contextlib.suppress(OSError):  # EIO once the session's side of it closes
+            while chunk := screen.read(1024):
+                said += chunk
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == PREEMPTED, said
+        assert b"got SIGINT\r\n" in said, said
+        assert _group_is_gone(pid)
+
+
+def test_a_command_killed_by_a_signal_ends_the_session_with_128_plus_its_number():
+    with pytest.raises(SystemExit) as ended:
+        sessions.run([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), 15)"])
+    assert ended.value.code == 128 + signal.SIGTERM

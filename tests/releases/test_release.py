@@ -199,16 +199,16 @@ def test_the_package_version_is_the_newest_release():
     assert pax.__version__ == release.newest().version
 
 
-def _releases(root, **pythons):
+def _releases(root, pythons):
     for version, python in pythons.items():
-        directory = root / "releases" / version.replace("_", ".")
+        directory = root / "releases" / version
         directory.mkdir(parents=True)
         (directory / "release.toml").write_text(f"python = {python!r}\n".replace("'", '"'))
 
 
 def test_the_default_release_is_the_newest_this_machine_has_a_python_for(tmp_path, capsys):
     running = "%d.%d" % sys.version_info[:2]
-    _releases(tmp_path, v1_0_0=running, v2_0_0=["3.98", "3.99"])
+    _releases(tmp_path, {"1.0.0": running, "2.0.0": ["3.98", "3.99"]})
     assert release.resolve(None, tmp_path).version == "1.0.0"
     note = capsys.readouterr().err.strip()
     assert note == (
@@ -220,6 +220,6 @@ def test_the_default_release_is_the_newest_this_machine_has_a_python_for(tmp_pat
 
 def test_the_newest_release_is_the_default_where_its_python_is_found(tmp_path, capsys):
     running = "%d.%d" % sys.version_info[:2]
-    _releases(tmp_path, v1_0_0="3.99", v2_0_0=["3.98", running])
+    _releases(tmp_path, {"1.0.0": "3.99", "2.0.0": ["3.98", running]})
     assert release.resolve(None, tmp_path).version == "2.0.0"
     assert capsys.readouterr().err == ""

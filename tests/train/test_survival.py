@@ -1,5 +1,6 @@
 """Runs that survive: preemption, kill -9, damaged checkpoints, NaNs."""
 
+import contextlib
 import os
 import re
 import signal
@@ -33,14 +34,13 @@ SMALL = [
 STEP_LINE = re.compile(r"step (\d+)/\d+ ")
 
 
+# One CPU device, as a reader's machine has (the tests' own process has eight).
+ONE_DEVICE = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+
+
 def _start(job_dir, steps):
     args = [f"--set={a}" for a in SMALL + [f"NUM_TRAIN_STEPS={steps}"]]
-    env = {
-        **os.environ,
-        "PYTHONPATH": ROOT,
-        "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-    }
+    env = {**os.environ, "PYTHONPATH": ROOT, **ONE_DEVICE}
     return subprocess.Popen(
         [
             sys.executable,
@@ -190,3 +190,75 @@ def test_disk_full_while_saving_stops_the_run_and_keeps_the_previous_checkpoint(
     abstract, _ = state_lib.shardings(run.model, run.tx, run.mesh)
     step, state = Checkpointer(str(job), max_to_keep=3, saving=False).restore_latest(abstract)
     assert step == 3 and int(state["step"]) == 3
+
+
+def _session(*args):
+    """`./noxw -s ARGS` in a process group of its own, as a terminal or a scheduler starts it."""
+    return subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "noxw"), *args],
+        stderr=subprocess.STDOUT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **ONE_DEVICE},
+        cwd=ROOT,
+        start_new_session=True,
+    )
+
+
+def _signalled(session, pattern, send):
+    """Sends `send(pid)` once a line matches `pattern`; the session's status and log, once it
+    and every process of its group have ended."""
+    log = []
+    try:
+        for line in session.stdout:
+            log.append(line)
+            if send is not None and re.search(pattern, line):
+                send(session.pid)
+                send = None
+        status = session.wait(timeout=300)
+        with pytest.raises(ProcessLookupError):  # nothing of the group is left running
+            os.killpg(session.pid, 0)
+        return status, "".join(log)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(session.pid, signal.SIGKILL)
+
+
+SIGNALS = [
+    pytest.param(lambda pid: os.killpg(pid, signal.SIGINT), id="SIGINT-to-the-group"),
+    pytest.param(lambda pid: os.kill(pid, signal.SIGINT), id="SIGINT-to-the-session"),
+    pytest.param(lambda pid: os.kill(pid, signal.SIGTERM), id="SIGTERM-to-the-session"),
+]
+
+
+# Slow tier: each starts nox, the release env and a trainer (about 40 s); the fast
+# tests/environments/test_sessions.py::test_a_signal_reaches_the_command_and_the_session_ends_with_its_status
+# checks the session's side with a small command, and
+# test_sigterm_saves_at_the_current_step_and_the_rerun_resumes the trainer's.
+@pytest.mark.slow
+@pytest.mark.parametrize("send", SIGNALS)
+def test_a_signal_to_the_train_session_saves_and_the_session_exits_75(send, tmp_path):
+    sets = [f"--set={a}" for a in SMALL + ["NUM_TRAIN_STEPS=500"]]
+    session = _session("-s", "train", "--", f"--job_log_dir={tmp_path}", *sets)
+    status, log = _signalled(session, STEP_LINE.pattern, send)
+    assert status == preemption.EXIT_PREEMPTED, log[-3000:]
+    saved = int(_checkpoints(tmp_path)[-1].split("_")[1])
+    assert max(_history(tmp_path)) == saved < 500, log[-3000:]
+    assert f"preempted: SIG{'TERM' if 'TERM' in log else 'INT'} at step {saved}" in log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("send", SIGNALS)
+def test_a_signal_to_the_decode_session_stops_it_with_75(send, tiny_run_dir):
+    session = _session("-s", "decode", "--", f"--job_log_dir={tiny_run_dir}")
+    status, log = _signalled(session, "as it was trained", send)
+    assert status == preemption.EXIT_PREEMPTED, log[-3000:]
+    assert re.search(r"--mode=decode_once stopped by SIG(INT|TERM); rerun", log), log[-3000:]
+
+
+@pytest.fixture(scope="module")
+def tiny_run_dir(tmp_path_factory):
+    """A run pax.main trained (decoding reads its experiment from config.json)."""
+    job = tmp_path_factory.mktemp("decode")
+    assert _run_until(job, 2)[0] == 0
+    return job
