@@ -61,15 +61,16 @@ def test_dockerfiles_agree(platform):
     assert catalog.suite_for(catalog.CUT_PYTHONS) == NEWEST_SUITE
     assert re.findall(r"python\d+\.\d+", text) == []
     assert set(re.findall(r"\b3\.\d+\b", text)) <= set(catalog.PYTHONS)  # its comments
-    assert re.search(r'^ARG PYTHON$', text, re.M)
+    assert re.search(r"^ARG PYTHON$", text, re.M)
 
 
 def test_base_image_script_builds_each_suites_local_base():
     """ci/base-image.sh knows each suite (its release day, its python3), builds
     local_base_image(suite) by default, and still defaults to the first suite."""
     text = (ROOT / "ci" / "base-image.sh").read_text()
-    assert re.search(r'^SUITE="\$\{PAX_BASE_SUITE:-(\w+)\}"$', text, re.M).group(1) == (
-        list(catalog.BASE_SUITES)[0]
+    assert (
+        re.search(r'^SUITE="\$\{PAX_BASE_SUITE:-(\w+)\}"$', text, re.M).group(1)
+        == (list(catalog.BASE_SUITES)[0])
     )
     image = re.search(r'^IMAGE="\$\{PAX_BASE_IMAGE:-([^}]+)\}"$', text, re.M).group(1)
     assert image.replace("$SUITE", "trixie") == catalog.local_base_image("trixie")

@@ -60,7 +60,6 @@ from pax.images.wheelhouse import prepare_wheelhouse
 from pax.releases import catalog
 from pax.releases import cut as release_cut
 
-
 BASE_HELP = (
     "default $PAX_BASE_IMAGE, else the release's local base: "
     + ", ".join(

@@ -15,6 +15,7 @@ from pax.lockfile import sha256_file
 from pax.paths import ROOT
 from pax.releases import catalog, source
 
+
 @dataclasses.dataclass(frozen=True)
 class PaxSource:
     """Where an image's pax comes from: a release's source commit, or (dev) this checkout."""

@@ -23,7 +23,11 @@ TEST_TOOLS = ("pytest", "pytest-xdist", "nbclient", "ipykernel", "jupyter-client
 
 @pytest.mark.parametrize(
     "python, suite, image_python",
-    [("3.11", "bookworm", "3.11"), (["3.12", "3.13"], "trixie", "3.13"), (["3.13"], "trixie", "3.13")],
+    [
+        ("3.11", "bookworm", "3.11"),
+        (["3.12", "3.13"], "trixie", "3.13"),
+        (["3.13"], "trixie", "3.13"),
+    ],
 )
 def test_a_release_stands_on_the_suite_whose_python3_it_installs_on(
     tmp_path, python, suite, image_python
