@@ -1,37 +1,47 @@
 #!/usr/bin/env bash
-# Build the local base image pax-base:bookworm when it is absent (no registry needed).
+# Build the local base image pax-base:$PAX_BASE_SUITE when it is absent (no registry needed):
+# bookworm (python3 3.11, the default) for releases on Python 3.11, trixie (python3 3.13) for
+# releases on 3.12 and later (pax.releases.catalog.BASE_SUITES).
 #
-#   ci/base-image.sh              # build if missing
+#   ci/base-image.sh              # build pax-base:bookworm if missing
+#   PAX_BASE_SUITE=trixie ci/base-image.sh   # pax-base:trixie, the same way
 #   ci/base-image.sh --force      # rebuild
 #   ci/base-image.sh --save FILE  # keep the base as an archive (docker save): a release's
 #                                 # images are built only on the base it records, by ID
 #   ci/base-image.sh --load FILE  # bring a kept base back, same ID, into the Docker engine and
-#                                 # buildah's store under $PAX_BASE_IMAGE (default pax-base:bookworm)
+#                                 # buildah's store under $PAX_BASE_IMAGE (default pax-base:$SUITE)
 #   PAX_BASE_ARCHIVE=FILE ci/base-image.sh   # --load FILE instead of building (CI, after a
 #                                            # Debian point release: the recorded base)
 #
-# mmdebstrap makes a minimal Debian bookworm (python3 is 3.11 there, matching the locks) as a
-# tarball that is the same bytes for the same package set: files dated PAX_BASE_EPOCH, the host's
-# hostname and resolv.conf left out. buildah turns it into an image with the same date and no
-# history, so the image ID names the package set: two machines that fetch the same bookworm
-# packages get the same ID, and a Debian point release gives a new one. The image lands in
-# buildah's store (which `./noxw -s build` builds from, pinned by ID) and in the Docker engine.
-# Users with a registry can skip this and pass --base-image python:3.11-slim-bookworm instead.
+# mmdebstrap makes a minimal Debian of the suite (its python3 is the images' interpreter) as a
+# tarball that is the same bytes for the same package set: files dated PAX_BASE_EPOCH (default the
+# suite's release day), the host's hostname and resolv.conf left out. buildah turns it into an
+# image with the same date and no history, so the image ID names the package set: two machines
+# that fetch the same packages get the same ID, and a Debian point release gives a new one. The
+# image lands in buildah's store (which `./noxw -s build` builds from, pinned by ID) and in the
+# Docker engine. Users with a registry can skip this and pass --base-image
+# python:3.11-slim-bookworm (or python:3.13-slim-trixie) instead.
 set -euo pipefail
 if [ -z "${1:-}" ] && [ -n "${PAX_BASE_ARCHIVE:-}" ]; then set -- --load "$PAX_BASE_ARCHIVE"; fi
 FILE="${2:+$(realpath -m -- "$2")}"  # --save/--load FILE, named from the caller's directory
 cd "$(dirname "$0")/.."
 
-IMAGE="${PAX_BASE_IMAGE:-pax-base:bookworm}"
 SUITE="${PAX_BASE_SUITE:-bookworm}"
+IMAGE="${PAX_BASE_IMAGE:-pax-base:$SUITE}"
 MIRROR="${PAX_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-EPOCH="${PAX_BASE_EPOCH:-1686355200}"  # bookworm's release day, 2023-06-10
+case "$SUITE" in  # each suite's release day
+  bookworm) RELEASED=1686355200 ;;  # 2023-06-10, python3 3.11
+  trixie) RELEASED=1754697600 ;;    # 2025-08-09, python3 3.13
+  *) RELEASED="" ;;
+esac
+EPOCH="${PAX_BASE_EPOCH:-$RELEASED}"
 ROOT="${PAX_BUILDAH_ROOT:-/var/tmp/pax-buildah}"
 
 die() { echo "base-image: $*" >&2; exit 1; }
 usage() { echo "base-image: usage: $*" >&2; exit 2; }
 buildah_() { buildah --root "$ROOT" --runroot "$ROOT/run" --storage-driver vfs "$@"; }
 
+[ -n "$EPOCH" ] || usage "PAX_BASE_SUITE=$SUITE is neither bookworm nor trixie; give its date too: PAX_BASE_EPOCH=SECONDS"
 docker info >/dev/null 2>&1 || die "no Docker engine answers; run ci/docker-engine.sh start"
 ci/image-tools.sh
 

@@ -1,4 +1,4 @@
-"""The Python version and the default base images are declared once (pax.releases.catalog);
+"""The Python versions and the image bases are declared once (pax.releases.catalog);
 the files that cannot import pax (./noxw, the Dockerfiles, ci/base-image.sh, pyproject.toml)
 carry copies, which must agree with it. So must noxw's other mirrors of pax.pip."""
 
@@ -13,7 +13,7 @@ from pax.images import context
 from pax.paths import ROOT
 from pax.releases import catalog
 
-MAJOR, MINOR = (int(p) for p in catalog.PYTHON.split("."))
+NEWEST_SUITE = list(catalog.BASE_SUITES)[-1]
 
 
 def _noxw_constant(name: str):
@@ -51,20 +51,31 @@ def test_noxw_makes_its_venv_as_make_venv_does():
 
 @pytest.mark.parametrize("platform", catalog.IMAGE_PLATFORMS)
 def test_dockerfiles_agree(platform):
+    """The recipe names no Python of its own: the base's python3 is checked against the PYTHON
+    build argument and the venv's site-packages asked of it. Its only version is the public
+    base it defaults to, the newest suite's (a release cut now)."""
     text = "\n".join((ROOT / name).read_text() for name in context.dockerfiles(platform))
-    assert re.findall(r"^ARG BASE_IMAGE=(\S+)$", text, re.M) == [catalog.BASE_IMAGE]
-    assert set(re.findall(r"python(\d+\.\d+)", text)) == {catalog.PYTHON}
-    assert set(re.findall(r"\b3\.\d+\b", text)) == {catalog.PYTHON}  # messages, the ARG
-    assert set(re.findall(r"sys\.version_info\[:2\] == \((\d+), (\d+)\)", text)) == {
-        (str(MAJOR), str(MINOR))
-    }
+    assert re.findall(r"^ARG BASE_IMAGE=(\S+)$", text, re.M) == [
+        catalog.public_base_image(NEWEST_SUITE)
+    ]
+    assert catalog.suite_for(catalog.CUT_PYTHONS) == NEWEST_SUITE
+    assert re.findall(r"python\d+\.\d+", text) == []
+    assert set(re.findall(r"\b3\.\d+\b", text)) <= set(catalog.PYTHONS)  # its comments
+    assert re.search(r"^ARG PYTHON$", text, re.M)
 
 
-def test_base_image_script_builds_the_local_default():
+def test_base_image_script_builds_each_suites_local_base():
+    """ci/base-image.sh knows each suite (its release day, its python3), builds
+    local_base_image(suite) by default, and still defaults to the first suite."""
     text = (ROOT / "ci" / "base-image.sh").read_text()
-    assert re.search(r'^IMAGE="\$\{PAX_BASE_IMAGE:-([^}]+)\}"$', text, re.M).group(1) == (
-        catalog.LOCAL_BASE_IMAGE
+    assert (
+        re.search(r'^SUITE="\$\{PAX_BASE_SUITE:-(\w+)\}"$', text, re.M).group(1)
+        == (list(catalog.BASE_SUITES)[0])
     )
+    image = re.search(r'^IMAGE="\$\{PAX_BASE_IMAGE:-([^}]+)\}"$', text, re.M).group(1)
+    assert image.replace("$SUITE", "trixie") == catalog.local_base_image("trixie")
+    suites = dict(re.findall(r"^  (\w+)\) RELEASED=\d+ ;; +# \S+, python3 (\d+\.\d+)$", text, re.M))
+    assert suites == catalog.BASE_SUITES
 
 
 def test_pyproject_requires_the_catalogs_python():

@@ -5,7 +5,7 @@ Dockerfile.tpu / Dockerfile.gpu; this module prepares what they consume and chec
 they produce:
 
   wheelhouse  pip download exactly the release's lockfile (hash-checked, binary only,
-              for Linux x86_64 CPython, catalog.PYTHON) into wheelhouse/<release>-<platform>/
+              for Linux x86_64 CPython, the release's image Python) into wheelhouse/<release>-<platform>/
   build       pax wheel of the release's source commit + staged build context -> buildah
               (no network, dated by the source commit, pinned base) into the Docker engine;
               a frozen release (image_recipe = "source") is staged by its own tree, and a
@@ -55,10 +55,20 @@ from pax.images.build import build, verify
 from pax.images.engine import ImageError
 from pax.images.publish import publish
 from pax.images.smoke import SMOKE_STEPS, smoke
-from pax.images.target import DEFAULT_BASE_IMAGE, resolve
+from pax.images.target import resolve
 from pax.images.wheelhouse import prepare_wheelhouse
 from pax.releases import catalog
 from pax.releases import cut as release_cut
+
+BASE_HELP = (
+    "default $PAX_BASE_IMAGE, else the release's local base: "
+    + ", ".join(
+        f"{catalog.local_base_image(suite)} for Python {python}"
+        for suite, python in catalog.BASE_SUITES.items()
+    )
+    + " (ci/base-image.sh); or the public one, e.g. "
+    + ", ".join(catalog.public_base_image(suite) for suite in catalog.BASE_SUITES)
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -67,7 +77,7 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("record")
     r.add_argument("release")
     r.add_argument("platforms", nargs="*", help="default: tpu gpu")
-    r.add_argument("--base-image", default=os.environ.get("PAX_BASE_IMAGE", DEFAULT_BASE_IMAGE))
+    r.add_argument("--base-image", default=os.environ.get("PAX_BASE_IMAGE"), help=BASE_HELP)
     c = sub.add_parser("check")
     c.add_argument(
         "image", help="REGISTRY/REPO:RELEASE-PLATFORM, e.g. 127.0.0.1:5000/pax:1.7.0-tpu"
@@ -82,9 +92,8 @@ def parser() -> argparse.ArgumentParser:
         if name in ("build", "verify"):
             s.add_argument(
                 "--base-image",
-                default=os.environ.get("PAX_BASE_IMAGE", DEFAULT_BASE_IMAGE),
-                help=f"default {DEFAULT_BASE_IMAGE} (ci/base-image.sh); or e.g. "
-                f"{catalog.BASE_IMAGE}",
+                default=os.environ.get("PAX_BASE_IMAGE"),
+                help=BASE_HELP,
             )
             if name == "build":
                 s.add_argument("--tag", help="default pax:RELEASE-PLATFORM")
@@ -139,7 +148,7 @@ def run(argv: list[str], log=sys.stderr) -> object:
         platforms = a.platforms or list(catalog.IMAGE_PLATFORMS)
         targets = [resolve(a.release, p, a.base_image, with_source=True) for p in platforms]
         return record.record(targets, log=log)
-    base_image = getattr(a, "base_image", DEFAULT_BASE_IMAGE)
+    base_image = getattr(a, "base_image", None)
     builds_image = a.cmd in ("build", "verify")
     target = resolve(a.release, a.platform, base_image, dev=dev, with_source=builds_image)
     if a.cmd == "wheelhouse":

@@ -23,7 +23,6 @@ from pax.images import provenance
 from pax.images.engine import LOCK_IN_IMAGE, ImageError
 from pax.images.target import Target
 from pax.paths import ROOT
-from pax.releases import catalog
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +64,7 @@ def lay_out(
         },
         command=build_command(target),
         builder_version=builder_version,
+        python=target.release.image_python,
     )
     provenance_sha = provenance.write(statement, ctx / provenance.FILENAME)
     args = build_args(target, tag, base_id, sbom_sha, provenance_sha)
@@ -109,7 +109,7 @@ def image_identity(target: Target) -> envinfo.Identity:
         platform=target.platform,
         lockfile=LOCK_IN_IMAGE,
         lock_sha256=target.lock_sha256,
-        python=catalog.PYTHON,
+        python=target.release.image_python,
         locked=lockfile.versions(lockfile.parse_lockfile(target.lock)),
         source_revision=target.source.revision,
     )
@@ -144,6 +144,7 @@ def write_sbom(
             f"--platform={target.platform}",
             f"--epoch={target.source.epoch}",
             f"--out={out}",
+            f"--python={target.release.image_python}",
             *(f"--left-out={name}" for name in left_out(target.platform)),
             *([] if verify_hashes else ["--no-verify-hashes"]),
         ],
@@ -178,6 +179,7 @@ def build_args(
         "PLATFORM": target.platform,
         "RELEASE": target.version,
         "BASE_IMAGE": base_id,
+        "PYTHON": target.release.image_python,
         "LOCK_SHA256": target.lock_sha256,
         "SBOM_SHA256": sbom_sha,
         "PROVENANCE_SHA256": provenance_sha,

@@ -42,10 +42,12 @@ def statement(
     subjects: dict[str, Path],
     command: list[str],
     builder_version: str,
+    python: str,
 ) -> dict:
     """The statement for an image of `release` on `platform`: `recipe` and `subjects` map a name
     to a file (the Dockerfile and the in-image check; the pax wheel, the lock and the SBOM);
-    `builder_version` is buildah's ("1.28.2")."""
+    `builder_version` is buildah's ("1.28.2"); `python` the image's Python, the base's python3
+    ("3.13"), which the wheels were fetched for."""
     locks = {
         f"releases/{release.version}/{name}.txt": release.recorded_sha256(name)
         for name in (*catalog.LOCK_PLATFORMS, "test")
@@ -65,7 +67,7 @@ def statement(
                     "platform": platform,
                     "source": {"digest": {"gitCommit": revision}},
                 },
-                "internalParameters": {"command": command},
+                "internalParameters": {"command": command, "python": python},
                 "resolvedDependencies": [
                     {"name": "source", "digest": {"gitCommit": revision}},
                     {"name": "base-image", "digest": {"sha256": base_id.removeprefix("sha256:")}},
@@ -103,6 +105,11 @@ def check(
     built = params.get("source", {}).get("digest", {}).get("gitCommit")
     if recorded and built != recorded:
         problems.append(f"source {built}, the release records {recorded}")
+    python = definition.get("internalParameters", {}).get("python")  # absent before 1.9.0
+    if python is not None and python not in release.pythons:
+        problems.append(
+            f"built for Python {python}, the release installs on {', '.join(release.pythons)}"
+        )
     digests = {d.get("name"): d["digest"].get("sha256") for d in definition["resolvedDependencies"]}
     for name in (*catalog.LOCK_PLATFORMS, "test"):
         want = release.recorded_sha256(name)

@@ -27,6 +27,7 @@ from pathlib import Path
 from pax import lockfile
 from pax.errors import report
 from pax.images.engine import ImageError, read_labelled_file
+from pax.releases import catalog
 
 SBOM_IN_IMAGE = "/opt/pax/sbom.cdx.json"
 SBOM_LABEL = "io.pax.sbom.sha256"
@@ -73,18 +74,20 @@ def generate(
     epoch: int,
     verify_hashes: bool = True,
     left_out: tuple[str, ...] = (),
+    python: str = catalog.PYTHON,
 ) -> str:
     """The SBOM as JSON text. The wheelhouse must hold exactly the lock's wheels (the build
     checks it first); a wheel whose sha256 the lock does not list is refused here too, unless
     verify_hashes is off (the build then relies on pip's --require-hashes alone, and the SBOM
-    records each wheel's own digest). `left_out`: lock pins the recipe removes from the image."""
+    records each wheel's own digest). `left_out`: lock pins the recipe removes from the image;
+    `python`: the image's Python, which the dependency edges' markers are evaluated for."""
     from cyclonedx.contrib.this.builders import this_component
     from cyclonedx.model.bom import Bom, BomMetaData
     from cyclonedx.output.json import JsonV1Dot6
 
     lock_sha = lockfile.sha256_file(lock)
     parts, metas = _components(lock, wheelhouse, pax_wheel, verify_hashes, left_out)
-    subject = _subject(release, platform, lock_sha, left_out)
+    subject = _subject(release, platform, lock_sha, python, left_out)
     pax_sha = lockfile.sha256_file(pax_wheel)
     bom = Bom(
         serial_number=uuid.uuid5(
@@ -99,7 +102,7 @@ def generate(
     for part in parts.values():
         bom.components.add(part)
     bom.register_dependency(subject, parts.values())
-    _register_requirements(bom, parts, metas)
+    _register_requirements(bom, parts, metas, python)
     return JsonV1Dot6(bom).output_as_string(indent=1) + "\n"
 
 
@@ -154,7 +157,7 @@ def _components(lock: Path, wheelhouse: Path, pax_wheel: Path, verify_hashes: bo
     return parts, metas
 
 
-def _subject(release: str, platform: str, lock_sha: str, left_out=()):
+def _subject(release: str, platform: str, lock_sha: str, python: str, left_out=()):
     """The image itself: the BOM's subject."""
     from cyclonedx.model import Property
     from cyclonedx.model.component import Component, ComponentType
@@ -168,6 +171,7 @@ def _subject(release: str, platform: str, lock_sha: str, left_out=()):
             Property(name="pax:release", value=release),
             Property(name="pax:platform", value=platform),
             Property(name="pax:lock.sha256", value=lock_sha),
+            Property(name="pax:python", value=python),
             *(
                 [Property(name="pax:left_out", value=" ".join(sorted(left_out)))]
                 if left_out
@@ -177,12 +181,13 @@ def _subject(release: str, platform: str, lock_sha: str, left_out=()):
     )
 
 
-def _register_requirements(bom, parts: dict, metas: dict) -> None:
-    """Edges from each wheel's Requires-Dist that hold in the image (markers evaluated for this
-    interpreter, which builds for the image's: CPython catalog.PYTHON on Linux x86_64; no
-    extras)."""
+def _register_requirements(bom, parts: dict, metas: dict, python: str) -> None:
+    """Edges from each wheel's Requires-Dist that hold in the image: markers evaluated for the
+    image's CPython `python` on Linux x86_64 (this host's other markers, as the wheelhouse's
+    platform is this one's); no extras."""
     from packaging.requirements import InvalidRequirement, Requirement
 
+    image = {"extra": "", "python_version": python, "python_full_version": python}
     for name, meta in metas.items():
         needs = set()
         for line in meta.get_all("Requires-Dist") or []:
@@ -190,7 +195,7 @@ def _register_requirements(bom, parts: dict, metas: dict) -> None:
                 req = Requirement(line)
             except InvalidRequirement:
                 continue
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
+            if req.marker is None or req.marker.evaluate(image):
                 needs.add(lockfile.canonicalize(req.name))
         bom.register_dependency(parts[name], [parts[n] for n in sorted(needs) if n in parts])
 
@@ -267,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--platform", required=True)
     p.add_argument("--epoch", type=int, required=True, help="SOURCE_DATE_EPOCH: the timestamp")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--python", default=catalog.PYTHON, help="the image's Python, e.g. 3.13")
     p.add_argument(
         "--left-out",
         action="append",
@@ -290,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             a.epoch,
             verify_hashes=not a.no_verify_hashes,
             left_out=tuple(a.left_out),
+            python=a.python,
         )
     except ImageError as e:
         return report("pax images", e)

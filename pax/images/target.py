@@ -15,8 +15,6 @@ from pax.lockfile import sha256_file
 from pax.paths import ROOT
 from pax.releases import catalog, source
 
-DEFAULT_BASE_IMAGE = catalog.LOCAL_BASE_IMAGE
-
 
 @dataclasses.dataclass(frozen=True)
 class PaxSource:
@@ -42,8 +40,13 @@ class Target:
     platform: str
     lock: Path
     lock_sha256: str
-    base_image: str = DEFAULT_BASE_IMAGE
+    base: str | None = None  # None: the release's local base (ci/base-image.sh builds it)
     source: PaxSource | None = None  # None: the command does not build or name a dev image
+
+    @property
+    def base_image(self) -> str:
+        """What the image is built on: the one given, else pax-base:<the release's suite>."""
+        return self.base or catalog.local_base_image(self.release.base_suite)
 
     @property
     def version(self) -> str:
@@ -67,14 +70,14 @@ class Target:
 def resolve(
     release: str,
     platform: str,
-    base_image: str = DEFAULT_BASE_IMAGE,
+    base_image: str | None = None,
     dev: bool = False,
     with_source: bool = False,
 ) -> Target:
     """The target, or ImageError: a usage error for an unknown release or platform or a missing
     lock; a failure for a lock that is not the one the release records. With `with_source` (or
     `dev`), where its pax comes from: the release's source commit, present in this clone, or with
-    dev this checkout's HEAD."""
+    dev this checkout's HEAD. `base_image` None: the release's local base."""
     if platform not in catalog.IMAGE_PLATFORMS:
         raise ImageError(
             f"unknown image platform {platform!r}: images exist for "
@@ -94,6 +97,10 @@ def resolve(
             f"./noxw -s lock -- {release}",
             usage=True,
         )
+    try:
+        base_image = base_image or catalog.local_base_image(rel.base_suite)
+    except catalog.NoBaseSuite as e:
+        raise ImageError(str(e)) from None
     frozen, actual = rel.recorded_sha256(platform), sha256_file(lock)
     if frozen and frozen != actual:
         raise ImageError(

@@ -19,21 +19,21 @@ from pax.environments import install
 from pax.errors import last_line
 from pax.images.engine import ImageError
 from pax.images.target import Target
-from pax.releases import catalog
 
-# Linux x86_64, glibc 2.36 (bookworm, the base of both catalog.LOCAL_BASE_IMAGE and BASE_IMAGE).
-# pip does not expand a manylinux_2_N --platform to older tags, so every compatible tag is listed.
-GLIBC_MINOR = 36
-WHEEL_PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(GLIBC_MINOR, 16, -1)] + [
-    "manylinux2014_x86_64",
-    "manylinux2010_x86_64",
-    "manylinux1_x86_64",
-]
-PYTHON_VERSION = catalog.PYTHON
+# Linux x86_64 with each base suite's glibc (2.36 in bookworm, 2.41 in trixie), the same for the
+# local base and the public one of a suite (catalog.local_base_image, public_base_image).
+GLIBC_MINOR = {"bookworm": 36, "trixie": 41}
 HASH_MISMATCH_MARKERS = ("DO NOT MATCH THE HASHES", "THESE PACKAGES DO NOT MATCH")
 
 
 sha256_file = lockfile.sha256_file
+
+
+def wheel_platforms(glibc_minor: int) -> list[str]:
+    """The manylinux tags a glibc 2.<glibc_minor> x86_64 system installs, newest first: pip does
+    not expand a manylinux_2_N --platform to older tags, so each is listed."""
+    newer = [f"manylinux_2_{n}_x86_64" for n in range(glibc_minor, 16, -1)]
+    return newer + ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
 
 
 def _pins(path: Path) -> dict[str, lockfile.Pin]:
@@ -102,16 +102,20 @@ def for_build(
 
 
 def prepare_wheelhouse(target: Target, dest: Optional[Path] = None, log=sys.stderr) -> Path:
-    """pip download the lock's wheels (hash-checked) for the image's interpreter and platform."""
+    """pip download the lock's wheels (hash-checked) for the image's interpreter (the release's
+    image Python) and platform (its base suite's glibc)."""
     lock = target.lock
     dest = Path(dest) if dest else wheelhouse_dir(target.version, target.platform)
     dest.mkdir(parents=True, exist_ok=True)
-    abis = ["cp" + PYTHON_VERSION.replace(".", ""), "abi3", "none"]
-    image_python = ["--python-version", PYTHON_VERSION, "--implementation", "cp"]
+    python, suite = target.release.image_python, target.release.base_suite
+    abis = ["cp" + python.replace(".", ""), "abi3", "none"]
+    image_python = ["--python-version", python, "--implementation", "cp"]
     image_python += [a for abi in abis for a in ("--abi", abi)]
-    image_python += [a for tag in WHEEL_PLATFORMS for a in ("--platform", tag)]
+    image_python += [a for tag in wheel_platforms(GLIBC_MINOR[suite]) for a in ("--platform", tag)]
     print(
-        f"pax images: downloading {target.version}-{target.platform} wheels into {dest}", file=log
+        f"pax images: downloading {target.version}-{target.platform} wheels for CPython {python} "
+        f"on {suite} into {dest}",
+        file=log,
     )
     r = install.download(lock, dest, *image_python)
     if r.returncode != 0:

@@ -19,12 +19,30 @@ from pax.lockfile import sha256_file, version_key
 # tests/test_declared_once.py.
 PYTHONS = ("3.11", "3.12", "3.13")
 CUT_PYTHONS = ("3.12", "3.13")
-# The Python of the images' default base and of releases that name none.
+# The Python of releases that name none.
 PYTHON = "3.11"
-# The Dockerfiles' `ARG BASE_IMAGE` default (a public slim Python, for users with a registry), and
-# the base ci/base-image.sh builds offline, which `nox -s build` uses and a release records.
-BASE_IMAGE = f"python:{PYTHON}-slim-bookworm"
-LOCAL_BASE_IMAGE = "pax-base:bookworm"
+# The Debian suites a release's images stand on, each with its python3, the image's interpreter:
+# a release's images stand on the first whose python3 is one of the release's Pythons (bookworm
+# for 3.11, trixie for 3.12 and later). ci/base-image.sh builds each offline as
+# local_base_image(suite), which `nox -s build` uses and a release records; public_base_image is
+# the public slim Python on the same suite, for users with a registry (the Dockerfiles' `ARG
+# BASE_IMAGE` default is the newest suite's).
+BASE_SUITES = {"bookworm": "3.11", "trixie": "3.13"}
+
+
+def suite_for(pythons: tuple[str, ...]) -> str | None:
+    """The first of BASE_SUITES whose python3 is one of `pythons`; None where none is."""
+    return next((suite for suite, python in BASE_SUITES.items() if python in pythons), None)
+
+
+def local_base_image(suite: str) -> str:
+    return f"pax-base:{suite}"
+
+
+def public_base_image(suite: str) -> str:
+    return f"python:{BASE_SUITES[suite]}-slim-{suite}"
+
+
 LOCK_PLATFORMS = ("cpu", "tpu", "gpu")  # one lockfile each per release: what the trainer runs on
 # Test and notebook tools, locked beside the product locks (agreeing with the cpu lock on what both
 # name) so those stay the trainer's alone. Releases up to 1.6.0 have none: their cpu lock holds them.
@@ -53,6 +71,10 @@ class TestLockMismatch(PaxError, RuntimeError):
     """A release's test lock pins a package the cpu lock also pins at another version."""
 
 
+class NoBaseSuite(PaxError, LookupError):
+    """No Debian suite the images stand on has a python3 the release installs on."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Release:
     version: str
@@ -75,6 +97,23 @@ class Release:
     def python(self) -> str:
         """The Python its locks are compiled with."""
         return self.pythons[0]
+
+    @property
+    def base_suite(self) -> str:
+        """The Debian suite its images stand on (suite_for; NoBaseSuite where none is)."""
+        suite = suite_for(self.pythons)
+        if suite is not None:
+            return suite
+        raise NoBaseSuite(
+            f"release {self.version} installs on Python {', '.join(self.pythons)}, which no "
+            f"image base provides ({', '.join(f'{s}: {p}' for s, p in BASE_SUITES.items())}); "
+            "add the suite to pax.releases.catalog.BASE_SUITES and ci/base-image.sh"
+        )
+
+    @property
+    def image_python(self) -> str:
+        """The Python its images run: the base suite's python3."""
+        return BASE_SUITES[self.base_suite]
 
     @property
     def resolved_before(self) -> str | None:

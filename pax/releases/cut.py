@@ -47,14 +47,17 @@ from pax.releases import readme, source
 from pax.releases.catalog import (
     CUT_PYTHONS,
     HEADLINE,
-    LOCAL_BASE_IMAGE,
     LOCKS,
     Release,
     UnknownRelease,
     load,
+    local_base_image,
+    suite_for,
 )
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
+# What a release cut now is built on: the local base of the suite whose python3 it installs on.
+CUT_BASE_IMAGE = local_base_image(suite_for(CUT_PYTHONS))
 
 
 class CutError(PaxError, RuntimeError):
@@ -126,8 +129,9 @@ def render_release_toml(
         f"branch = {_toml_str('r' + version)}",
         "# The Pythons its locks install on; they are compiled with the first.",
         f"python = [{', '.join(map(_toml_str, pythons))}]",
-        "# The base the images are built on ([images] records it by ID; ci/base-image.sh "
-        f"builds {LOCAL_BASE_IMAGE}).",
+        "# The base the images are built on ([images] records it by ID; "
+        f"PAX_BASE_SUITE={suite_for(pythons)} ci/base-image.sh builds "
+        f"{local_base_image(suite_for(pythons))}).",
         f"base_image = {_toml_str(base_image)}",
         "# Its images are built by this tree alone (recipe, in-image check, SBOM and provenance "
         "writers, tools lock), so the IDs [images] records hold for good (docs/releases.md).",
@@ -177,7 +181,7 @@ def cut(
     root = Path(root or paths.ROOT).resolve()
     preflight(version, root)
     now = now or _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
-    base_image = base_image or LOCAL_BASE_IMAGE
+    base_image = base_image or CUT_BASE_IMAGE
     directory = root / "releases" / version
     pyproject = root / "pyproject.toml"
     tables = {p: p.read_text() for p in [*readme.marked_files(root), pyproject]}
@@ -325,7 +329,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip-tests", action="store_true", help="do not run the test suite")
     parser.add_argument(
         "--base-image",
-        help=f"the base to build and record the images on (default {LOCAL_BASE_IMAGE})",
+        help=f"the base to build and record the images on (default {CUT_BASE_IMAGE})",
     )
     parser.add_argument(
         "--recreate",

@@ -184,3 +184,66 @@ def test_each_verify_builds_under_its_own_tags():
     for a, b in (first, second):
         assert a.startswith("localhost/pax-verify-") and a.endswith(":a")
         assert b == a[:-1] + "b"
+
+
+def _release(tmp_path, python) -> catalog.Release:
+    return catalog.Release("9.9.9", tmp_path, {"python": python})
+
+
+@pytest.mark.parametrize(
+    "python, base",
+    [("3.11", "pax-base:bookworm"), (["3.12", "3.13"], "pax-base:trixie")],
+)
+def test_an_image_stands_on_its_releases_base_unless_told_otherwise(tmp_path, python, base):
+    lock = tmp_path / "tpu.txt"
+    image = target.Target(_release(tmp_path, python), "tpu", lock, "0" * 64)
+    assert image.base_image == base
+    assert dataclasses.replace(image, base="python:3.13-slim-trixie").base_image == (
+        "python:3.13-slim-trixie"
+    )
+
+
+def test_a_release_no_base_provides_is_refused_before_building(release_dir):
+    (release_dir / "release.toml").write_text('version = "9.0.0"\npython = ["3.12"]\n')
+    (release_dir / "tpu.txt").write_text(_lock_text([("absl-py", "2.1.0", "a" * 64)]))
+    with pytest.raises(engine.ImageError, match=r"Python 3\.12, which no image base provides"):
+        target.resolve("9.0.0", "tpu")
+
+
+@pytest.mark.parametrize(
+    "python, fetched",
+    [
+        ("3.11", "alpha-1.0-cp311-cp311-manylinux_2_17_x86_64.whl"),
+        # trixie's glibc 2.41 takes a wheel bookworm's 2.36 could not load
+        (["3.12", "3.13"], "alpha-1.0-cp313-cp313-manylinux_2_39_x86_64.whl"),
+    ],
+)
+def test_the_wheelhouse_is_fetched_for_the_images_python_and_glibc(tmp_path, python, fetched):
+    from tests.bisect import wheels
+
+    index = tmp_path / "index"
+    index.mkdir()
+    for tag in (
+        "cp311-cp311-manylinux_2_17_x86_64",
+        "cp313-cp313-manylinux_2_17_x86_64",
+        "cp313-cp313-manylinux_2_39_x86_64",
+        "cp312-cp312-manylinux_2_17_x86_64",
+    ):
+        wheels.build_wheel(index, "alpha", "1.0", tag=tag)
+    hashes = " ".join(f"--hash=sha256:{wheels.sha256(w)}" for w in sorted(index.glob("*.whl")))
+    lock = tmp_path / "tpu.txt"
+    lock.write_text(f"--no-index\n--find-links {index}\n\nalpha==1.0 {hashes}\n")
+    image = target.Target(_release(tmp_path, python), "tpu", lock, wheels.sha256(lock))
+    dest = wheelhouse.prepare_wheelhouse(image, tmp_path / "wh", log=open(os.devnull, "w"))
+    assert [w.name for w in dest.glob("*.whl")] == [fetched]
+
+
+def test_each_base_suite_has_its_glibc():
+    assert set(wheelhouse.GLIBC_MINOR) == set(catalog.BASE_SUITES)
+    assert wheelhouse.wheel_platforms(41)[:2] == ["manylinux_2_41_x86_64", "manylinux_2_40_x86_64"]
+    assert wheelhouse.wheel_platforms(36)[-4:] == [
+        "manylinux_2_17_x86_64",
+        "manylinux2014_x86_64",
+        "manylinux2010_x86_64",
+        "manylinux1_x86_64",
+    ]

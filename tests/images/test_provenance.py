@@ -35,7 +35,7 @@ def release(tmp_path):
     return catalog.load(directory)
 
 
-def _statement(release, tmp_path, revision=SOURCE, platform="tpu"):
+def _statement(release, tmp_path, revision=SOURCE, platform="tpu", python="3.11"):
     recipe = tmp_path / "Dockerfile.tpu"
     recipe.write_text("FROM base\n")
     sbom = tmp_path / "sbom.cdx.json"
@@ -49,6 +49,7 @@ def _statement(release, tmp_path, revision=SOURCE, platform="tpu"):
         subjects={"releases/9.1.0/tpu.txt": release.lockfile("tpu"), "sbom.cdx.json": sbom},
         command=["./noxw", "-s", "build", "--", "9.1.0", "tpu"],
         builder_version="1.28.2",
+        python=python,
     )
 
 

@@ -88,7 +88,10 @@ def test_the_newest_release_records_its_images_and_real_base():
     its source nor its images yet (the cut runs the tests first): the newest with a source."""
     newest = [r for r in catalog.list_releases() if r.meta.get("source")][-1]
     images = record.recorded(newest)
-    assert newest.meta["base_image"] == images["base"] == catalog.LOCAL_BASE_IMAGE
+    assert (
+        newest.meta["base_image"] == images["base"] == catalog.local_base_image(newest.base_suite)
+    )
+    assert images["base_suite"] == newest.base_suite
     assert images["base_id"].startswith("sha256:")
     assert all(images[p].startswith("sha256:") for p in catalog.IMAGE_PLATFORMS)
     assert images["builder"].startswith("buildah ")

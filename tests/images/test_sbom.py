@@ -28,7 +28,7 @@ METADATA = {
 }
 REQUIRES = {
     "alpha": ("beta-pkg>=1", "gamma; python_version < '3'", "delta; extra == 'x'"),
-    "beta-pkg": ("gamma",),
+    "beta-pkg": ("gamma", "delta; python_version >= '3.12'"),
 }
 
 
@@ -45,9 +45,9 @@ def inputs(tmp_path):
     return lock, house, pax
 
 
-def _target(lock):
+def _target(lock, python="3.11"):
     """Release 9.9.9's tpu image, as the build resolves it, on the fixture's lock."""
-    release = catalog.Release("9.9.9", lock.parent, {})
+    release = catalog.Release("9.9.9", lock.parent, {"python": python})
     source = target.PaxSource("ab" * 20, dev=False, epoch=1_700_000_000)
     return target.Target(release, "tpu", lock, wheels.sha256(lock), source=source)
 
@@ -80,7 +80,8 @@ def test_sbom_is_valid_cyclonedx_naming_every_pin_its_wheel_and_license(inputs, 
         {"license": {"acknowledgement": "declared", "name": "BSD License"}}
     ]
     assert "licenses" not in parts["delta"]
-    # Requires-Dist edges that hold in the image: markers false for 3.11 and extras left out.
+    # Requires-Dist edges that hold in the image: markers false for its Python 3.11 (whatever
+    # runs this) and extras left out.
     deps = {d["ref"]: sorted(d.get("dependsOn", [])) for d in bom["dependencies"]}
     assert deps["pkg:pypi/alpha@1.0"] == ["pkg:pypi/beta-pkg@2.0"]
     assert deps["pkg:pypi/beta-pkg@2.0"] == ["pkg:pypi/gamma@0.1"]
@@ -92,6 +93,20 @@ def test_sbom_is_valid_cyclonedx_naming_every_pin_its_wheel_and_license(inputs, 
     }
     # The same inputs, the same bytes (so an unchanged rebuild keeps its label).
     assert _write(inputs, tmp_path / "again.json") == digest
+
+
+def test_the_sbom_describes_the_images_python_not_the_hosts(inputs, tmp_path):
+    """A release on 3.12 and 3.13 runs trixie's python3 3.13: the subject says so, and the
+    edges are those 3.13 takes."""
+    lock, house, pax = inputs
+    out = tmp_path / "sbom.cdx.json"
+    context.write_sbom(_target(lock, ["3.12", "3.13"]), house, pax, out)
+    bom = json.loads(out.read_text())
+    props = {p["name"]: p["value"] for p in bom["metadata"]["component"]["properties"]}
+    assert props["pax:python"] == "3.13"
+    deps = {d["ref"]: sorted(d.get("dependsOn", [])) for d in bom["dependencies"]}
+    assert deps["pkg:pypi/beta-pkg@2.0"] == ["pkg:pypi/delta@3.1", "pkg:pypi/gamma@0.1"]
+    assert context.image_identity(_target(lock, ["3.12", "3.13"])).python == "3.13"
 
 
 def test_a_wheel_the_lock_does_not_list_is_refused(inputs, tmp_path):

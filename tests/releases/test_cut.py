@@ -104,7 +104,7 @@ def test_cut_writes_locks_pins_tables_commit_branch_and_tag(clone):
     assert meta["version"] == "9.0.0" and meta["branch"] == "r9.0.0"
     assert meta["date"] == NOW.astimezone().date()
     assert meta["python"] == list(release.CUT_PYTHONS)  # a new release: Python 3.12 and later
-    assert meta["base_image"] == release.LOCAL_BASE_IMAGE  # what the images are built on
+    assert meta["base_image"] == "pax-base:trixie"  # what the images are built on: python3 3.13
     assert meta["image_recipe"] == "source"  # and by whom: the release's own tree, for good
     assert meta["resolved_before"] == NOW
     assert meta["notes"].strip()
@@ -168,7 +168,7 @@ def test_the_cut_records_its_images_in_a_third_commit(clone):
         toml.write_text(f'{head}\n\n[images]\ntpu = "sha256:{"1" * 64}"\n\n[locks]{locks}')
 
     rel = do_cut(clone, record_images=record)
-    assert calls == [("9.0.0", release.LOCAL_BASE_IMAGE)]
+    assert calls == [("9.0.0", "pax-base:trixie")]
     assert rel.meta["images"]["tpu"] == "sha256:" + "1" * 64
     assert git(clone, "log", "-1", "--format=%s") == "release 9.0.0: image IDs"
     assert (

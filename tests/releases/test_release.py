@@ -22,6 +22,38 @@ LOCKS = PRODUCT_LOCKS + TEST_LOCKS
 TEST_TOOLS = ("pytest", "pytest-xdist", "nbclient", "ipykernel", "jupyter-client", "jsonschema")
 
 
+@pytest.mark.parametrize(
+    "python, suite, image_python",
+    [
+        ("3.11", "bookworm", "3.11"),
+        (["3.12", "3.13"], "trixie", "3.13"),
+        (["3.13"], "trixie", "3.13"),
+    ],
+)
+def test_a_release_stands_on_the_suite_whose_python3_it_installs_on(
+    tmp_path, python, suite, image_python
+):
+    rel = release.Release("9.9.9", tmp_path, {"python": python})
+    assert (rel.base_suite, rel.image_python) == (suite, image_python)
+    assert image_python in rel.pythons
+
+
+def test_a_release_no_suite_provides_is_named(tmp_path):
+    rel = release.Release("9.9.9", tmp_path, {"python": ["3.12"]})
+    with pytest.raises(release.NoBaseSuite, match=r"Python 3\.12, which no image base provides"):
+        rel.base_suite
+
+
+def test_a_release_cut_now_stands_on_trixie_and_the_cut_ones_on_the_base_they_record():
+    assert release.suite_for(release.CUT_PYTHONS) == "trixie"
+    assert release.local_base_image("trixie") == "pax-base:trixie"
+    assert release.public_base_image("trixie") == "python:3.13-slim-trixie"
+    for rel in RELEASES:
+        assert rel.base_suite == "bookworm", rel.version
+        recorded = rel.meta.get("images", {}).get("base_suite")
+        assert recorded in (None, rel.base_suite), rel.version
+
+
 def test_releases_are_found_oldest_first():
     versions = [r.version for r in RELEASES]
     assert len(versions) >= 2
