@@ -42,12 +42,18 @@ def left_out() -> list[str]:
 
 
 def leave_out(names: list[str], pins: dict[str, str]) -> list[str]:
-    """Remove the named packages (each at its locked version) and record them in the identity
-    file; the errors, where nothing was removed."""
+    """Remove the named packages the lock pins (each at its locked version) and record them in
+    the identity file; the errors, where nothing was removed. A name the lock does not pin is
+    passed over (NVIDIA's wheels are named per CUDA major: nvidia-cusolver-cu12 in a CUDA 12
+    lock, nvidia-cusolver in a CUDA 13 one), but one of the names at least must be pinned, so a
+    rename cannot make the removal silently do nothing."""
     if not IDENTITY.is_file():
         return [f"--leave-out records what it removes in {IDENTITY}, which is not there"]
+    pinned = [name for name in names if name in pins]
+    if not pinned:
+        return [f"--leave-out {' '.join(names)}: the lock pins none of them"]
     dists = {}
-    for name in names:
+    for name in pinned:
         try:
             dists[name] = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from pax import envinfo, lockfile, paths
@@ -145,7 +146,10 @@ def write_sbom(
             f"--epoch={target.source.epoch}",
             f"--out={out}",
             f"--python={target.release.image_python}",
-            *(f"--left-out={name}" for name in left_out(target.platform)),
+            *(
+                f"--left-out={name}"
+                for name in left_out(target.platform, lockfile.parse_lockfile(target.lock))
+            ),
             *([] if verify_hashes else ["--no-verify-hashes"]),
         ],
         capture_output=True,
@@ -211,15 +215,17 @@ def dockerfiles(platform: str) -> list[str]:
     return ["Dockerfile.tpu"] + ([] if platform == "tpu" else [f"Dockerfile.{platform}"])
 
 
-def left_out(platform: str) -> list[str]:
+def left_out(platform: str, pins: Iterable[str]) -> list[str]:
     """The lock's packages the recipe removes from the image (`verify_image_env.py --leave-out
-    NAME...` in its Dockerfiles), so the SBOM lists what the image holds. The recipe is their one
-    home: it is where they are removed, with the reason."""
+    NAME...` in its Dockerfiles, of which it removes those the lock `pins`), so the SBOM lists
+    what the image holds. The recipe is their one home: it is where they are removed, with the
+    reason."""
     recipe = "\n".join((ROOT / name).read_text() for name in dockerfiles(platform))
     return sorted(
         name
         for names in re.findall(r"verify_image_env\.py --leave-out ([^\n&;|]+)", recipe)
         for name in names.split()
+        if name in set(pins)
     )
 
 

@@ -177,15 +177,17 @@ def test_a_pin_the_gpu_recipe_leaves_out_is_named_not_listed(inputs, tmp_path):
     without = wheels.write_lock(tmp_path / "without.txt", {**PINS, "plugin": "0.5"}, house)
     with pytest.raises(ImageError, match="names nvidia-cusolver-cu12 as left out, which .* does"):
         sbom.check(out.read_text(), without, "9.9.9", "gpu")
-    with pytest.raises(ImageError, match="leaves out nvidia-cusolver-cu12, which .* does not pin"):
-        context.write_sbom(dataclasses.replace(_target(inputs[0]), platform="gpu"), house, pax, out)
 
 
 def test_the_recipes_left_out_pins_are_those_its_dockerfiles_remove():
-    """Read from the recipe itself: the GPU image removes cuSOLVER, the TPU image nothing."""
-    assert context.left_out("tpu") == []
-    assert context.left_out("gpu") == ["nvidia-cusolver-cu12"]
-    assert "nvidia-cusolver-cu12" in catalog.newest().lock("gpu").versions
+    """Read from the recipe itself: the GPU image removes cuSOLVER by the name its CUDA major's
+    lock pins (nvidia-cusolver-cu12 for CUDA 12, nvidia-cusolver for 13), the TPU image nothing."""
+    cuda12 = catalog.resolve("1.8.0").lock("gpu").versions
+    assert context.left_out("tpu", cuda12) == []
+    assert context.left_out("gpu", cuda12) == ["nvidia-cusolver-cu12"]
+    assert context.left_out("gpu", {"jax", "nvidia-cusolver", "nvidia-cublas"}) == [
+        "nvidia-cusolver"
+    ]
 
 
 def test_the_image_identity_names_the_lock_inside_the_image(inputs):
