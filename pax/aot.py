@@ -250,12 +250,9 @@ def _experiment(plan: Plan):
 
 
 def cuda_plugin_version() -> str | None:
-    """jax-cuda12-plugin's version where jax's CUDA plugin is installed, else None."""
-    if importlib.util.find_spec("jax_plugins") is None:
-        return None
-    if importlib.util.find_spec(gpu_targets.CUDA_PLUGIN) is None:
-        return None
-    return importlib.metadata.version("jax-cuda12-plugin")
+    """`jax-cudaN-plugin VERSION` where jax's CUDA plugin is installed, else None."""
+    plugin = gpu_targets.cuda_plugin()
+    return f"{plugin.package} {importlib.metadata.version(plugin.package)}" if plugin else None
 
 
 def compiler(platform: str, native: bool) -> str:
@@ -263,7 +260,7 @@ def compiler(platform: str, native: bool) -> str:
     if not native:
         return "XLA:CPU"
     if platform == "gpu":
-        return f"CUDA (jax-cuda12-plugin {cuda_plugin_version()})"
+        return f"CUDA ({cuda_plugin_version()})"
     return f"TPU (libtpu {libtpu_version()})"
 
 

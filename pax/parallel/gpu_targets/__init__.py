@@ -9,7 +9,8 @@ would read it on the machine.
 
 `devices(target, n)` gives n compile-only devices of that GPU, 8 per node, from jax's
 `topologies.get_topology_desc(platform="cuda", ...)`: jax compiles for them with the CUDA
-compiler of its plugin (jax-cuda12-plugin), on a CPU machine. The process must start with
+compiler of its plugin (jax-cuda13-plugin, or jax-cuda12-plugin in the releases on Python 3.11),
+on a CPU machine. The process must start with
 JAX_PLATFORMS=cpu and JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 (`compile_only`): there is no
 driver to open or to check the CUDA libraries against.
 """
@@ -34,7 +35,37 @@ FP8_CAPABILITY = (8, 9)
 # What the plugin needs to start with no GPU: the CPU backend, and no check of CUDA libraries
 # against a driver that is not there.
 COMPILE_ONLY_ENV = {"JAX_PLATFORMS": "cpu", "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1"}
-CUDA_PLUGIN = "jax_plugins.xla_cuda12"
+
+
+@dataclasses.dataclass(frozen=True)
+class CudaPlugin:
+    """jax's CUDA plugin of one CUDA major, and the NVIDIA wheels it reads versions from."""
+
+    module: str
+    package: str
+    cudnn: str
+    runtime: str
+
+
+# Newest first: NVIDIA names its CUDA 13 wheels without the -cu12 suffix (cuDNN keeps one).
+CUDA_PLUGINS = (
+    CudaPlugin(
+        "jax_plugins.xla_cuda13", "jax-cuda13-plugin", "nvidia-cudnn-cu13", "nvidia-cuda-runtime"
+    ),
+    CudaPlugin(
+        "jax_plugins.xla_cuda12",
+        "jax-cuda12-plugin",
+        "nvidia-cudnn-cu12",
+        "nvidia-cuda-runtime-cu12",
+    ),
+)
+
+
+def cuda_plugin() -> CudaPlugin | None:
+    """The CUDA plugin installed here, or None."""
+    if importlib.util.find_spec("jax_plugins") is None:
+        return None
+    return next((p for p in CUDA_PLUGINS if importlib.util.find_spec(p.module)), None)
 
 
 class NoCudaCompiler(UsageError):
@@ -81,12 +112,11 @@ class GpuTarget:
     def target_config(self) -> str:
         """The text get_topology_desc takes: the device, and the installed cuDNN and CUDA
         runtime's versions."""
+        plugin = cuda_plugin()
+        wheels = (("dnn_version_info", plugin.cudnn), ("runtime_version", plugin.runtime))
         extra = [
             f"{field} {{ {_version_fields(version)} }}"
-            for field, wheel in (
-                ("dnn_version_info", "nvidia-cudnn-cu12"),
-                ("runtime_version", "nvidia-cuda-runtime-cu12"),
-            )
+            for field, wheel in (wheels if plugin else ())
             if (version := _installed(wheel))
         ]
         return "\n".join([self.text, *extra]) + "\n"
@@ -120,12 +150,10 @@ def topology(n: int) -> str:
 def compile_only() -> None:
     """Make this process compile for GPUs without one: COMPILE_ONLY_ENV, set before jax is
     imported (or already set where it was); NoCudaCompiler where the plugin is not installed."""
-    if (
-        importlib.util.find_spec("jax_plugins") is None
-        or importlib.util.find_spec(CUDA_PLUGIN) is None
-    ):
+    if cuda_plugin() is None:
         raise NoCudaCompiler(
-            "jax's CUDA plugin (jax-cuda12-plugin) is not installed here, so nothing compiles "
+            "jax's CUDA plugin (jax-cuda13-plugin or jax-cuda12-plugin) is not installed here, "
+            "so nothing compiles "
             "for a GPU; run in the release's gpu env (ci/gpu_check.sh RELEASE -- ARGS builds it)"
         )
     if "jax" not in sys.modules:
