@@ -46,8 +46,12 @@ def _version_of(python: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def _pyenv_root() -> Path:
+    return Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+
+
 def _pyenv_candidates(version: str) -> list[str]:
-    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    root = _pyenv_root() / "versions"
     pattern = re.compile(rf"^{re.escape(version)}\.(\d+)$")  # 3.12.1, not 3.12.1t or 3.12-dev
     found = []
     if root.is_dir():
@@ -75,8 +79,10 @@ def find(version: str) -> str | None:
     """An interpreter of Python `version` ("3.12"), or None."""
     if running() == version:
         return base_python()
-    candidates = [shutil.which(f"python{version}") or ""]
-    candidates += _pyenv_candidates(version) + _uv_candidate(version)
+    on_path = shutil.which(f"python{version}") or ""
+    if Path(on_path).parent == _pyenv_root() / "shims":
+        on_path = ""  # pyenv's own folders are read next, without its shell scripts (seconds)
+    candidates = [on_path, *_pyenv_candidates(version), *_uv_candidate(version)]
     for python in candidates:
         # A shim on PATH may exist and still refuse to start that version: ask it.
         if python and _version_of(python) == version:

@@ -15,6 +15,10 @@ pax image, the lock it was built from ($PAX_LOCKFILE).
 3. With --versions, when one package breaks alone: the releases the index published between
    its GOOD and BAD versions are walked the same way, each on top of GOOD.
 
+GOOD and BAD may name different Pythons (a release's `python`, a lock's pip-compile header, or
+--good-python/--bad-python): then the interpreter's move is one more change, searched first, and
+a candidate runs on BAD's interpreter where it is applied (pax.bisect.pythons).
+
 COMMAND runs in each candidate env (pax.bisect.steps) with a timeout: exit 0 passes, 125 skips
 (as in `git bisect run`), anything else fails; but exit 2 on GOOD (bad input: a mistyped
 argument is the same at every step) stops the bisect with the command's own line. A verdict takes up to `--retries N` + 1 runs
@@ -27,7 +31,7 @@ before anything is made; what needs the wheels (one that cannot be had, a COMMAN
 package installs) is found after they are fetched, and recorded in the report. Output folder (default $XDG_CACHE_HOME/pax/bisect/<time>, ~/.cache when
 unset): report.txt, report.json, steps.jsonl, one log per step. Exit status: 0 culprit found
 and confirmed; 1 no confirmed culprit (endpoints do not reproduce, unconfirmed, or another
-change breaks BAD too); 2 the tool's inputs (usage, locks, wheels, index, COMMAND).
+change breaks BAD too); 2 the tool's inputs (usage, locks, Pythons, wheels, index, COMMAND).
 """
 
 from __future__ import annotations
@@ -44,13 +48,13 @@ import time
 from pathlib import Path
 
 from pax import paths
+from pax.bisect import pythons as bisect_pythons
 from pax.bisect import search as bisect_search
-from pax.bisect.groups import make_groups, order_groups
+from pax.bisect.groups import make_groups, order_groups, python_group
 from pax.bisect.report import Findings, format_report, report_json
 from pax.bisect.rule import FLAKY, Rule
 from pax.bisect.steps import InputError, Trials
 from pax.environments import index
-from pax.environments.wheelcache import EnvBuilder, WheelCache
 from pax.errors import ArgumentParser, UsageError, report
 from pax.lockfile import Lock
 from pax.pip import user_cache_dir
@@ -129,6 +133,14 @@ def _parser() -> ArgumentParser:
         choices=dist_release.LOCK_PLATFORMS,
         help="which lock of a release (default: $PAX_PLATFORM, else cpu)",
     )
+    for end in ("good", "bad"):
+        parser.add_argument(
+            f"--{end}-python",
+            type=bisect_pythons.version,
+            metavar="X.Y",
+            help=f"the Python {end.upper()} runs on (default: its release's, else its lock "
+            "header's `with Python X.Y`)",
+        )
     parser.add_argument(
         "--group",
         action="append",
@@ -168,7 +180,11 @@ def _parser() -> ArgumentParser:
     parser.add_argument(
         "--cache", type=Path, help="wheel cache (default $XDG_CACHE_HOME/pax/wheels)"
     )
-    parser.add_argument("--env", type=Path, help="the working venv (default OUT/env)")
+    parser.add_argument(
+        "--env",
+        type=Path,
+        help="the working venv (default OUT/env; across Pythons, ENV-pythonX.Y for each)",
+    )
     parser.add_argument("--keep-env", action="store_true", help="keep the venv at the end")
     parser.add_argument(
         "--installer",
@@ -271,13 +287,17 @@ def _bisect(args: argparse.Namespace, locks, run: Findings, out: Path, log) -> N
     cwd = Path.cwd()
     find_links = [d if "://" in d else str(Path(d).resolve()) for d in args.find_links]
     cache_dir = (args.cache or user_cache_dir("wheels")).resolve()
-    cache = WheelCache(cache_dir, args.index_url, find_links, args.no_index, log=log)
+    pythons = run.pythons = bisect_pythons.resolve(good, bad, args)
+    wheels = dict(
+        directory=cache_dir, index_url=args.index_url, find_links=find_links, no_index=args.no_index
+    )
     try:
-        builder = EnvBuilder((args.env or out / "env").resolve(), cache, args.installer, log=log)
-        pins = sorted({*good.pins.values(), *bad.pins.values()}, key=lambda p: p.name)
-        problems = cache.fetch(pins)
+        env = (args.env or out / "env").resolve()
+        builders = bisect_pythons.builders(pythons, wheels, env, args.installer, log)
+        problems = bisect_pythons.fetch(builders, pythons, good, bad, log)
     except RuntimeError as err:  # no installer, no pip to be had
         raise InputError(str(err)) from None
+    cache = builders[pythons.good].cache
     if problems:
         run.wheel_problems = [p.as_json() for p in problems]
         more = f" (and {len(problems) - 1} more: see report.json)" if len(problems) > 1 else ""
@@ -285,16 +305,17 @@ def _bisect(args: argparse.Namespace, locks, run: Findings, out: Path, log) -> N
     check_command_name(
         args.command, set().union(*(cache.scripts(p) for p in good.pins.values())), log
     )
-    groups = order_groups(
-        make_groups(changes, [g.split(",") for g in args.group], log=log), cache.requires
-    )
+    groups = make_groups(changes, [g.split(",") for g in args.group], log=log)
+    if pythons.moved:
+        groups.append(python_group(pythons.good, pythons.bad))
+    groups = order_groups(groups, cache.requires)
     run.groups = groups
     pythonpath = out / ".pythonpath"
     trials = Trials(
         good.pins,
         groups,
         args.command,
-        builder,
+        builders,
         out,
         args.rule,
         timeout=args.timeout,
@@ -305,7 +326,7 @@ def _bisect(args: argparse.Namespace, locks, run: Findings, out: Path, log) -> N
     run.trials = trials
     verdicts = bisect_search.Verdicts(trials, log=log)
     n = len(groups)
-    log(f"{n} group(s) of changes; rule: {args.rule.describe()}")
+    log(f"{n} group(s) of changes; rule: {args.rule.describe()}; Python {pythons.describe()}")
     for number, group in enumerate(groups, 1):
         log(f"  {number:>3}. {group.describe()}")
     try:
@@ -329,7 +350,8 @@ def _bisect(args: argparse.Namespace, locks, run: Findings, out: Path, log) -> N
         run.contested = [trials.label(s) for s in verdicts.contested()]
         shutil.rmtree(pythonpath, ignore_errors=True)
         if not args.keep_env:
-            builder.discard()
+            for builder in builders.values():
+                builder.discard()
 
 
 def _walk_report(walk: dict, trials: Trials, walked: list) -> dict:

@@ -1,5 +1,7 @@
 """Package changes grouped as they must move together (jax with jaxlib, its plugins and libtpu;
-each nvidia-*-cuNN family; the user's --group sets), ordered dependencies first."""
+each nvidia-*-cuNN family; the user's --group sets), ordered dependencies first. When GOOD and
+BAD name different Pythons, the interpreter's move is one more group (`python_group`), holding
+no package: every package depends on it, so it comes first."""
 
 from __future__ import annotations
 
@@ -17,18 +19,29 @@ _NVIDIA_RE = re.compile(r"^nvidia-.+-(cu\d+)$")
 class Group:
     name: str
     changes: tuple[dist_diff.Change, ...]
+    python: tuple[str, str] | None = None  # the interpreter's move, GOOD's to BAD's ("3.11")
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.changes)
 
     def describe(self) -> str:
+        if self.python:
+            return self.name
         if len(self.changes) == 1:
             return self.changes[0].describe()
         return f"{self.name}: " + ", ".join(c.describe() for c in self.changes)
 
     def as_json(self) -> dict:
-        return {"name": self.name, "changes": [c.as_json() for c in self.changes]}
+        data = {"name": self.name, "changes": [c.as_json() for c in self.changes]}
+        if self.python:
+            data["python"] = {"good": self.python[0], "bad": self.python[1]}
+        return data
+
+
+def python_group(good: str, bad: str) -> Group:
+    """The interpreter's move as a group: candidates with it applied run on BAD's Python."""
+    return Group(f"Python {good} -> {bad}", (), (good, bad))
 
 
 def auto_group(name: str) -> str | None:
@@ -98,6 +111,8 @@ def order_groups(groups: list[Group], requires) -> list[Group]:
 
     `requires(pin) -> set of names` reads a wheel's dependencies. A group goes after the groups
     its new versions depend on; a removal goes after the groups whose old versions needed it.
+    The interpreter's move goes first: BAD's packages may need BAD's Python (jax 0.12 does not
+    install on 3.11), so every prefix past it installs on the Python BAD was locked for.
     """
     where = {name: i for i, g in enumerate(groups) for name in g.names}
     after: dict[int, set[int]] = {i: set() for i in range(len(groups))}  # i after these
@@ -121,7 +136,7 @@ def order_groups(groups: list[Group], requires) -> list[Group]:
         ready = [i for i in range(len(groups)) if i not in placed and after[i] <= placed]
         if not ready:  # a cycle: take the first by name, the rest follow
             ready = [i for i in range(len(groups)) if i not in placed]
-        pick = min(ready, key=lambda i: groups[i].name)
+        pick = min(ready, key=lambda i: (groups[i].python is None, groups[i].name))
         placed.add(pick)
         ordered.append(groups[pick])
     return ordered

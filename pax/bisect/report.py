@@ -10,6 +10,7 @@ import shlex
 from pathlib import Path
 
 from pax.bisect.groups import Group
+from pax.bisect.pythons import Pythons
 from pax.bisect.rule import SKIP, Rule, estimate_flake, percent
 from pax.bisect.search import Outcome
 from pax.bisect.steps import Step, Trials
@@ -25,6 +26,7 @@ class Findings:
     rule: Rule
     good: str = ""  # the locks' labels
     bad: str = ""
+    pythons: Pythons | None = None
     groups: list[Group] = dataclasses.field(default_factory=list)
     trials: Trials | None = None
     outcome: Outcome | None = None
@@ -130,6 +132,8 @@ def _culprit_lines(run: Findings) -> list[str]:
         if len(outcome.culprit) > 1:
             role = "   (needed to break)" if outcome.roles.get(i) == "breaks" else ""
             role = role or "   (needed to install the others)"
+        if group.python:
+            lines.append(f"  {group.name}   (the interpreter, not a package)" + role)
         for change in group.changes:
             prefix = f"[{group.name}] " if len(group.changes) > 1 else ""
             lines.append(
@@ -211,9 +215,12 @@ def _steps_lines(run: Findings) -> list[str]:
         + (f" (deterministic single culprit: at most ceil(log2 {n}) + 4 = {bound} env builds)")
     ]
     width = max((len(s.tally()) for s in steps), default=0)
+    moved = run.pythons is not None and run.pythons.moved
     for s in steps:
         lines.append(
-            f"  {s.number:>2}. {s.verdict.upper():<4} {s.tally():<{width}}  {s.label}"
+            f"  {s.number:>2}. {s.verdict.upper():<4} {s.tally():<{width}}  "
+            + (f"[Python {s.python}] " if moved else "")
+            + s.label
             + (f"   [{s.why}]" if s.why not in ("search", "GOOD", "BAD") else "")
             + ("   MIXED" if s.mixed else "")
         )
@@ -227,6 +234,8 @@ def _steps_lines(run: Findings) -> list[str]:
 def format_report(run: Findings) -> str:
     head = verdict_line(run)
     lines = [head, f"GOOD     {run.good}", f"BAD      {run.bad}"]
+    if run.pythons:
+        lines.append(f"Python   {run.pythons.describe()}")
     lines.append(f"COMMAND  {shlex.join(run.command)}")
     flags = run.rule.flags()
     lines.append(f"rule     {run.rule.describe()}" + (f" ({flags})" if flags else ""))
@@ -266,6 +275,7 @@ def report_json(run: Findings) -> dict:
         "error": run.error or None,
         "good": run.good,
         "bad": run.bad,
+        "python": run.pythons.as_json() if run.pythons else None,
         "command": run.command,
         "rule": run.rule.as_json(),
         "groups": [g.as_json() for g in run.groups],

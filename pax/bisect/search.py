@@ -319,6 +319,8 @@ def walk_versions(outcome: Outcome, groups, verdicts: Verdicts, published, log=p
     if not outcome.confirmed or outcome.alone != BAD or len(outcome.culprit) != 1:
         return {"status": "skipped: --versions needs one confirmed culprit that breaks alone"}
     group = groups[outcome.culprit[0]]
+    if group.python:
+        return {"status": "skipped: the culprit is the interpreter, not a package"}
     if len(group.changes) != 1:
         return {
             "status": f"skipped: the culprit is a group of {len(group.changes)} packages "

@@ -5,7 +5,9 @@ release walk, `(groups, Pin)`: those with one package pinned to another release.
 judge pax.bisect.search asks: each call builds the candidate's env from the wheel cache
 (reusing the working venv, so only what differs is reinstalled; judging the same candidate again
 reinstalls nothing), runs COMMAND under the rule, and records one Step with its votes, log file
-and a line in steps.jsonl.
+and a line in steps.jsonl. Across Pythons there is one working venv per interpreter: a candidate
+runs on BAD's where the interpreter's move (a group holding no package) is applied, else on
+GOOD's.
 
 COMMAND runs with the env's bin/ first on PATH, pax importable (PYTHONPATH), in the caller's
 folder, with a timeout. A COMMAND that cannot be run at all on GOOD (not found, not executable,
@@ -45,6 +47,7 @@ class Step:
     number: int
     label: str
     why: str  # what the search asked this judgment for
+    python: str  # the Python version its env runs on ("3.11")
     applied: tuple[int, ...]
     pin: str = ""  # "name==version" set on top of the applied groups (release walk)
     verdict: str = SKIP
@@ -86,7 +89,7 @@ class Trials:
         good_pins: dict[str, Pin],
         groups: list[Group],
         command: list[str],
-        builder: EnvBuilder,
+        builders: dict[str, EnvBuilder],
         out: Path,
         rule: Rule,
         timeout: float = 3600.0,
@@ -95,7 +98,9 @@ class Trials:
         log=print,
     ):
         self.good_pins, self.groups, self.command = good_pins, groups, command
-        self.builder, self.out, self.rule, self.timeout = builder, out, rule, timeout
+        # one per Python version, GOOD's first
+        self.builders, self.good_python = builders, next(iter(builders))
+        self.out, self.rule, self.timeout = out, rule, timeout
         self.cwd = cwd or Path.cwd()
         self.pythonpath = str(pythonpath) if pythonpath else ""
         self.log = log
@@ -119,6 +124,13 @@ class Trials:
         if override is not None:
             pins[override.name] = override
         return pins
+
+    def python(self, state: Hashable) -> str:
+        """The Python version the candidate runs on: BAD's where the interpreter's move is
+        applied."""
+        applied, _ = split_state(state)
+        moved = [self.groups[i].python[1] for i in applied if self.groups[i].python]
+        return moved[0] if moved else self.good_python
 
     def label(self, state: Hashable) -> str:
         applied, override = split_state(state)
@@ -218,12 +230,14 @@ class Trials:
             number,
             label,
             why,
+            self.python(state),
             tuple(sorted(applied)),
             pin=f"{override.name}=={override.version}" if override else "",
             log=log_path.name,
         )
-        if override is not None and self.builder.cache.path(override) is None:
-            self.builder.cache.fetch([override])  # a release no lock pins: fetched when tried
+        cache = self.builders[step.python].cache
+        if override is not None and cache.path(override) is None:
+            cache.fetch([override])  # a release no lock pins: fetched when tried
         self.log(f"step {number}: {label} ({why})")
         try:
             self._build_and_vote(step, state, endpoint, is_good, log_path)
@@ -246,7 +260,7 @@ class Trials:
 
     def _build_and_vote(self, step: Step, state, endpoint: bool, is_good: bool, log_path) -> None:
         applied, _ = split_state(state)
-        build = self.builder.build(self.pins(state))
+        build = self.builders[step.python].build(self.pins(state))
         step.build = {
             "kind": build.kind,
             "seconds": round(build.seconds, 2),
@@ -255,6 +269,7 @@ class Trials:
         }
         with open(log_path, "w") as log_file:
             log_file.write(f"step {step.number}: {step.label} ({step.why})\n")
+            log_file.write(f"python: {step.python} ({self.builders[step.python].cache.python})\n")
             for i in sorted(applied):
                 log_file.write(f"  applied: {self.groups[i].describe()}\n")
             log_file.write(

@@ -10,14 +10,17 @@ The venvs hold no pip: an installer from outside drives them (pax.environments.i
 where there is one, or pip, found or made with ensurepip as inside a pax image).
 
 The images keep a store of their own (pax.images.wheelhouse): exactly one lock's wheels for the
-image's platform, the files a build copies; this cache gathers any pin's wheel for the
-interpreter here, however many versions of a package a bisect needs.
+image's platform, the files a build copies; this cache gathers any pin's wheel for an
+interpreter here, however many versions of a package a bisect needs. One folder serves every
+interpreter: a `WheelCache` is one interpreter's view of it (wheels whose tags fit it, fetched
+with pip's `--python-version`), so a bisect across Pythons shares the pure wheels.
 """
 
 from __future__ import annotations
 
 import configparser
 import dataclasses
+import functools
 import os
 import platform
 import re
@@ -31,6 +34,9 @@ import zipfile
 from email.parser import HeaderParser
 from pathlib import Path
 
+from packaging import tags
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
 from pax import lockfile
 from pax.environments import index
 from pax.environments.install import (
@@ -41,7 +47,7 @@ from pax.environments.install import (
     requirements_file,
 )
 from pax.lockfile import Pin, version_key
-from pax.pip import make_venv
+from pax.pip import base_python, make_venv
 
 _REQ_NAME_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
@@ -68,14 +74,70 @@ class Problem:
 
 _NO_MATCH_RE = re.compile(r"No matching distribution found for (\S+)")
 _FROM_VERSIONS_RE = re.compile(r"\(from versions: ([^)]*)\)")
+_OTHER_PYTHON_RE = re.compile(
+    r"Package '([^']+)' requires a different Python: \S+ not in '([^']*)'"
+)
 
 
-def platform_label() -> str:
-    """What a wheel's tags must fit here (venvs are made from this interpreter's base)."""
-    return (
-        f"{platform.python_implementation()} {sys.version_info.major}.{sys.version_info.minor} "
-        f"on {sysconfig.get_platform()}"
+def platform_label(version: str = "%d.%d" % sys.version_info[:2]) -> str:
+    """What a wheel's tags must fit for Python `version` ("3.13") on this machine."""
+    return f"{platform.python_implementation()} {version} on {sysconfig.get_platform()}"
+
+
+@functools.cache
+def _supported_tags(version: str) -> frozenset[tags.Tag]:
+    """The wheel tags CPython `version` ("3.13") installs on this machine: what pip's
+    `--python-version` selects by (packaging's sys_tags, for another minor version)."""
+    major, minor = map(int, version.split("."))
+    return frozenset(
+        [
+            *tags.cpython_tags((major, minor)),
+            *tags.compatible_tags((major, minor), interpreter=f"cp{major}{minor}"),
+        ]
     )
+
+
+def _dist_info(path: Path, filename: str) -> str | None:
+    """A file of a wheel's top-level .dist-info folder, as text; None when absent."""
+    with zipfile.ZipFile(path) as wheel:
+        member = next(
+            (
+                n
+                for n in wheel.namelist()
+                if n.endswith(f".dist-info/{filename}") and n.count("/") == 1
+            ),
+            None,
+        )
+        return wheel.read(member).decode("utf-8", "replace") if member else None
+
+
+def _refuses(path: Path, python_version: str) -> str:
+    """Why CPython `python_version` ("3.13.0") cannot take the wheel ("" when it can): no tag
+    it supports ("tags"), or a Requires-Python that leaves it out (installing from a folder, uv
+    does not check that)."""
+    found = lockfile.parse_wheel_filename(path.name)
+    major_minor = ".".join(python_version.split(".")[:2])
+    if not found or tags.parse_tag(found.tags).isdisjoint(_supported_tags(major_minor)):
+        return "tags"
+    needs = HeaderParser().parsestr(_dist_info(path, "METADATA") or "").get("Requires-Python")
+    try:
+        admitted = not needs or SpecifierSet(needs).contains(python_version, prereleases=True)
+    except InvalidSpecifier:  # the installer will say
+        admitted = True
+    return "" if admitted else f"requires Python {needs}"
+
+
+def python_version(python: str) -> str:
+    """An interpreter's full version ("3.13.0")."""
+    if python == base_python():
+        return platform.python_version()
+    out = subprocess.run(
+        [python, "-c", "import platform; print(platform.python_version())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()
 
 
 def _pip_errors(text: str, fallback_lines: int = 3) -> str:
@@ -121,7 +183,9 @@ def _find_pin(pins: list[Pin], requirement: str) -> Pin | None:
 
 
 class WheelCache:
-    """A folder of wheels, each checked against its pin's sha256 before it is used."""
+    """A folder of wheels, each checked against its pin's sha256 before it is used, seen by one
+    interpreter (`python`, default the base of this one): the wheels it can install (their tags
+    and Requires-Python)."""
 
     def __init__(
         self,
@@ -130,17 +194,23 @@ class WheelCache:
         find_links: list[str] = (),
         no_index: bool = False,
         log=print,
+        python: str | None = None,
     ):
         self.dir = Path(directory)
-        self.index_args = (  # pip's options for the places
+        self.python = python or base_python()
+        self.python_version = python_version(self.python)  # "3.13.0": Requires-Python sees it
+        self.version = ".".join(self.python_version.split(".")[:2])
+        self.index_args = (  # pip's options for the places, and the interpreter it fetches for
             (["--index-url", index_url] if index_url else [])
             + [a for d in find_links for a in ("--find-links", d)]
             + (["--no-index"] if no_index else [])
+            + ["--python-version", self.python_version]
         )
         self.places = index.places(index_url, find_links, no_index)
         self.log = log
         self.problems: dict[Pin, Problem] = {}  # why a pin's wheel cannot be had
-        self._files: dict[Pin, Path] = {}  # pin -> its verified wheel
+        self._files: dict[Pin, Path] = {}  # pin -> its verified wheel for this interpreter
+        self._other: dict[Pin, Path] = {}  # ... or one for another (its metadata is read)
         self._sha: dict[Path, str] = {}
 
     def where(self) -> str:
@@ -153,7 +223,8 @@ class WheelCache:
         return self._sha[path]
 
     def _scan(self, pins: list[Pin]) -> list[Pin]:
-        """Record cached wheels that match a pin's hashes; return the pins still missing."""
+        """Record cached wheels that match a pin's hashes; return the pins still missing. A pin
+        whose wheel is here but requires another Python is not missing: it cannot be had."""
         by_name: dict[str, list[Path]] = {}
         for path in self.dir.glob("*.whl"):
             found = lockfile.parse_wheel_filename(path.name)
@@ -164,12 +235,20 @@ class WheelCache:
             if pin in self._files:
                 continue
             want = pin.sha256s
+            refused = ""
             for path in by_name.get(pin.name, []):
                 if (self._sha256(path) in want) if want else _same_version(path, pin):
-                    self._files[pin] = path
-                    break
+                    refused = _refuses(path, self.python_version)
+                    if not refused:
+                        self._files[pin] = path
+                        break
+                    self._other.setdefault(pin, path)
             else:
-                missing.append(pin)
+                if refused.startswith("requires"):  # a release's wheels share Requires-Python
+                    message = f"{_key(pin)} {refused}, not {self.version}"
+                    self.problems[pin] = Problem("no wheel", _key(pin), message)
+                else:
+                    missing.append(pin)
         return missing
 
     def _download(
@@ -197,7 +276,10 @@ class WheelCache:
         except index.IndexUnreadable as err:
             return [Problem("unreachable", "", str(err))]
         started = time.monotonic()
-        self.log(f"wheel cache {self.dir}: fetching {len(todo)} of {len(pins)} wheels")
+        self.log(
+            f"wheel cache {self.dir}: fetching {len(todo)} of {len(pins)} wheels "
+            f"for Python {self.version}"
+        )
         for batch in _batches(todo):
             self._download(batch, self.dir)
         todo = self._scan(todo)
@@ -233,7 +315,7 @@ class WheelCache:
                     if out.returncode == 0:
                         break
                     text = out.stderr + out.stdout
-                    match = _NO_MATCH_RE.search(text)
+                    match = _NO_MATCH_RE.search(text) or _OTHER_PYTHON_RE.search(text)
                     named = match and _find_pin(remaining, match.group(1))
                     if not named:  # a failure pip does not pin on one requirement: one by one
                         for pin in remaining:
@@ -273,7 +355,7 @@ class WheelCache:
         return problems
 
     def _unfetchable(self, pin: Pin, pip_text: str) -> Problem:
-        if _NO_MATCH_RE.search(pip_text):
+        if _NO_MATCH_RE.search(pip_text) or _OTHER_PYTHON_RE.search(pip_text):
             return self._no_wheel(pin, pip_text)
         return Problem(
             "unusable",
@@ -282,12 +364,19 @@ class WheelCache:
         )
 
     def _no_wheel(self, pin: Pin, pip_text: str) -> Problem:
+        other = _OTHER_PYTHON_RE.search(pip_text)
+        if other and _find_pin([pin], other.group(1)):
+            return Problem(
+                "no wheel",
+                _key(pin),
+                f"{_key(pin)} requires Python {other.group(2)}, not {self.version}",
+            )
         versions = _FROM_VERSIONS_RE.search(pip_text)
         seen = f"; versions there: {versions.group(1) or 'none'}" if versions else ""
         return Problem(
             "no wheel",
             _key(pin),
-            f"no wheel of {_key(pin)} for this platform ({platform_label()}) on "
+            f"no wheel of {_key(pin)} for this platform ({platform_label(self.version)}) on "
             f"{self.where()}{seen}: use the lock made for this platform, or add the wheel "
             "with --find-links DIR",
         )
@@ -302,20 +391,11 @@ class WheelCache:
         return "; ".join(known) or f"no wheel in the cache for {', '.join(sorted(map(_key, pins)))}"
 
     def _read_meta(self, pin: Pin, filename: str) -> str | None:
-        """A file of the wheel's top-level .dist-info folder, as text; None when absent."""
-        path = self.path(pin)
-        if path is None:
-            return None
-        with zipfile.ZipFile(path) as wheel:
-            member = next(
-                (
-                    n
-                    for n in wheel.namelist()
-                    if n.endswith(f".dist-info/{filename}") and n.count("/") == 1
-                ),
-                None,
-            )
-            return wheel.read(member).decode("utf-8", "replace") if member else None
+        """A file of the wheel's top-level .dist-info folder, as text; None when absent. A
+        wheel for another interpreter serves when this one has none (BAD's jax on GOOD's
+        Python): a release's wheels carry one metadata."""
+        path = self.path(pin) or self._other.get(pin)
+        return None if path is None else _dist_info(path, filename)
 
     def requires(self, pin: Pin) -> set[str]:
         """Canonical names a wheel depends on (Requires-Dist without extras)."""
@@ -367,7 +447,8 @@ class Build:
 
 
 class EnvBuilder:
-    """One venv, rebuilt cold when needed, otherwise moved to the wanted pins in place."""
+    """One venv, rebuilt cold when needed, otherwise moved to the wanted pins in place; made
+    from the cache's interpreter, whose wheels it installs."""
 
     def __init__(self, path: Path, cache: WheelCache, installer: str = "auto", log=print):
         self.path = Path(path)
@@ -396,7 +477,7 @@ class EnvBuilder:
         kind = "warm" if self.current is not None and self.python.exists() else "cold"
         if kind == "cold":
             self.discard()
-            make_venv(self.path)
+            make_venv(self.path, python=self.cache.python)
         remove, install = _changes(self.current or {}, pins)
         self.current = None  # unknown until the steps below succeed
         error = self._change(remove, install)

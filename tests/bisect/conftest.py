@@ -1,5 +1,19 @@
 import pytest
 
+from tests.bisect.wheels import build_index
+
+
+@pytest.fixture(scope="session")
+def index(tmp_path_factory):
+    """tests/bisect/wheels.py's packages as a folder of wheels, with check.py beside it."""
+    return build_index(tmp_path_factory.mktemp("index"))
+
+
+@pytest.fixture(scope="session")
+def cache(tmp_path_factory):
+    """One wheel cache for the session: each bisect fetches only what it has not seen."""
+    return tmp_path_factory.mktemp("wheel-cache")
+
 
 @pytest.fixture(autouse=True)
 def user_cache(tmp_path, monkeypatch):

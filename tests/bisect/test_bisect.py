@@ -17,26 +17,16 @@ from pax.bisect import search
 from pax.bisect.rule import FLAKY
 from pax.lockfile import Pin
 from pax.releases import diff
-from tests.bisect.wheels import build_index, sha256, write_lock
-
-
-@pytest.fixture(scope="session")
-def index(tmp_path_factory):
-    return build_index(tmp_path_factory.mktemp("index"))
-
-
-@pytest.fixture(scope="session")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("wheel-cache")
-
+from tests.bisect.wheels import sha256, write_lock
 
 LOG = None  # a callable to see progress while debugging
 
 
-def run_bisect(tmp_path, index, cache, good, bad, *extra, command=None):
+def run_bisect(tmp_path, index, cache, good, bad, *extra, command=None, pythons=(None, None)):
+    """pythons: the Pythons GOOD's and BAD's lock headers name ("3.11"; None: none)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    good_lock = write_lock(tmp_path / "good.txt", good, index)
-    bad_lock = write_lock(tmp_path / "bad.txt", bad, index)
+    good_lock = write_lock(tmp_path / "good.txt", good, index, pythons[0])
+    bad_lock = write_lock(tmp_path / "bad.txt", bad, index, pythons[1])
     out = tmp_path / "out"
     argv = [
         "--good",

@@ -4,6 +4,8 @@ What they must say when a wheel cannot be had, and at what cost: a hash mismatch
 wheel among many pins takes a few pip calls, not one per pin.
 """
 
+import shutil
+
 import pytest
 
 from pax.environments import wheelcache
@@ -136,3 +138,20 @@ def test_a_wheel_pip_refuses_is_not_called_missing(tmp_path, index):
     assert problem.kind == "unusable" and problem.pin == "w98==1.0"
     assert problem.message.startswith(f"w98==1.0: pip cannot fetch it from --find-links {index}")
     assert "ERROR:" in problem.message and "no wheel" not in problem.message
+
+
+def test_a_wheel_for_another_python_is_not_taken_and_says_which_it_needs(tmp_path, index):
+    # Requires-Python that leaves this interpreter out: pip refuses it, and a copy already in
+    # the cache (fetched for another Python) is told by its metadata, without asking pip
+    build_wheel(index, "w97", "1.0", requires=("w00",), metadata="Requires-Python: >=3.99\n")
+    w97, w00 = pin(index, "w97", "1.0"), pin(index, "w00", "1.0")
+    said = f"w97==1.0 requires Python >=3.99, not {wheelcache.platform_label().split()[1]}"
+    cache = WheelCache(tmp_path / "cache", find_links=[str(index)], no_index=True)
+    (problem,) = cache.fetch([w97, w00])
+    assert (problem.kind, problem.message) == ("no wheel", said)
+    shutil.copy(index / "w97-1.0-py3-none-any.whl", tmp_path / "cache")
+    again = WheelCache(tmp_path / "cache", find_links=[str(index)], no_index=True)
+    calls = counting(again)
+    (problem,) = again.fetch([w97, w00])
+    assert (problem.message, calls) == (said, [])
+    assert again.path(w97) is None and again.requires(w97) == {"w00"}  # its metadata is read
