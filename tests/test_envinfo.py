@@ -26,6 +26,9 @@ def test_catalog_holds_every_release_lock():
         assert lock.sha256 == release.lock_sha256(platform) == release.recorded_sha256(platform)
 
 
+RUNNING = "%d.%d" % sys.version_info[:2]  # an identity written for this interpreter
+
+
 def _identity(release="1.6.0", platform="cpu"):
     rel = releases.resolve(release)
     path = rel.lockfile(platform)
@@ -207,7 +210,7 @@ def test_a_lockfile_changed_after_the_build_is_noted(tmp_path):
     lock = tmp_path / "cpu.txt"
     lock.write_text("jax==0.10.2\n")
     ident = envinfo.Identity(
-        "9.9.9", "cpu", str(lock), envinfo.sha256_file(lock), "3.11", {"jax": "0.10.2"}
+        "9.9.9", "cpu", str(lock), envinfo.sha256_file(lock), RUNNING, {"jax": "0.10.2"}
     )
     prefix = _prefix(tmp_path, ident)
     lock.write_text("jax==0.10.3\n")

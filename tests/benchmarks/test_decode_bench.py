@@ -113,9 +113,11 @@ def test_decode_peak_memory_is_no_more_than_its_parts(tmp_path):
     restored = memory.restored_variables(variables, mesh, str(tmp_path))
     m = memory.memory(cfg, mesh, restored, batch, new=8)
     assert m["decode"]["peak"] <= m["parts_bytes"]
-    # The restore read the parameters only: the arguments are they and the prompts.
-    prompt_bytes = 3 * batch.tokens.size * 4 + 4 * 4 + 4
-    assert m["decode"]["arguments"] == m["parameter_bytes"] + prompt_bytes
+    # The restore read the parameters only: the arguments are they and the prompts' three token
+    # arrays, plus five int32 scalars where XLA counts them as arguments (jax 0.10 does; 0.12's
+    # XLA passes them without a buffer of their own).
+    extra = m["decode"]["arguments"] - m["parameter_bytes"] - 3 * batch.tokens.size * 4
+    assert extra in (0, 4 * 4 + 4)
     # No step copies the cache: its temporaries could not hold one.
     assert m["step"]["temporaries"] < m["cache_bytes"]
     assert m["stacked_decode"]["peak"] >= m["decode"]["peak"]

@@ -22,6 +22,7 @@ def _with_env(job_dir, have):
     path = job_dir / "manifest.json"
     described = {**json.loads(path.read_text()), **manifest_lib.release_info(env), "env": env}
     described["mesh"], described["peak_flops"], described["python"] = {}, {}, "3.11"
+    described["xla_flags"] = {"XLA_FLAGS": None, "LIBTPU_INIT_ARGS": None}
     segment = manifest_lib.segment(described, "train", 0)
     path.write_text(json.dumps({**described, "segments": [segment]}))
     return env
