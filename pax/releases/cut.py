@@ -42,11 +42,13 @@ from pathlib import Path
 
 from pax import git, lockfile, paths
 from pax.errors import FAILURE, USAGE, PaxError
+from pax.lockfile import version_key
 from pax.releases import compile as dist_lock
 from pax.releases import readme, source
 from pax.releases.catalog import (
     CUT_PYTHONS,
     HEADLINE,
+    LOCK_PLATFORMS,
     LOCKS,
     Release,
     UnknownRelease,
@@ -239,17 +241,32 @@ def _undone_on_failure(directory: Path, tables: dict[Path, str]):
 
 
 def _newest_pins(version: str, directory: Path, root: Path, compile, log) -> dict[str, str]:
-    """Lock cpu without pins: the headline versions of the newest matched set become the pins."""
+    """Lock every platform without pins; the newest matched set every platform resolves becomes
+    the pins: each headline package at the lowest version a platform took. A platform's jax
+    extra can lag the index (jax[tpu] 0.12.1 wants a libtpu not yet published, so the tpu lock
+    takes 0.12.0.1), and the pins must install everywhere."""
     log(
-        f"release {version}: resolving the newest set (cpu, no pins, index as of "
-        f"{load(directory).resolved_before})"
+        f"release {version}: resolving the newest set ({', '.join(LOCK_PLATFORMS)}, no pins, "
+        f"index as of {load(directory).resolved_before})"
     )
-    dist_lock.lock(load(directory), ["cpu"], root, log=log, compile=compile)
-    resolved = lockfile.versions(lockfile.parse_lockfile(directory / "cpu.txt"))
-    missing = [n for n in HEADLINE if n not in resolved]
+    dist_lock.lock(load(directory), list(LOCK_PLATFORMS), root, log=log, compile=compile)
+    resolved = {
+        p: lockfile.versions(lockfile.parse_lockfile(directory / f"{p}.txt"))
+        for p in LOCK_PLATFORMS
+    }
+    missing = [n for n in HEADLINE if n not in resolved["cpu"]]
     if missing:
         raise CutError(f"the cpu lock has no {', '.join(missing)}; check requirements/cpu.in")
-    pins = {n: resolved[n] for n in HEADLINE}
+    pins = {}
+    for name in HEADLINE:
+        took = {p: found[name] for p, found in resolved.items() if name in found}
+        pins[name] = min(took.values(), key=version_key)
+        held = sorted(p for p, v in took.items() if v == pins[name])
+        if len(set(took.values())) > 1:
+            log(
+                f"release {version}: {name} {max(took.values(), key=version_key)} is the newest, "
+                f"but {' and '.join(held)} resolve {pins[name]}: pinned there"
+            )
     log("release {}: pins {}".format(version, ", ".join(f"{n}=={v}" for n, v in pins.items())))
     return pins
 

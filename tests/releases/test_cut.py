@@ -62,8 +62,10 @@ def clone(tmp_path, real_refs):
 class FakeCompile:
     """Stands in for pax.releases.compile.compile_one: writes releases/<v>/<platform>.txt, no index."""
 
-    def __init__(self, fail_on=None):
-        self.calls, self.fail_on = [], fail_on
+    def __init__(self, fail_on=None, lagging=None):
+        # lagging: what a platform's resolution takes, unpinned, below the newest (its jax
+        # extra wanting a libtpu the index lacks)
+        self.calls, self.fail_on, self.lagging = [], fail_on, lagging or {}
 
     def __call__(self, rel, platform, root):
         self.calls.append((platform, dict(rel.pins), rel.resolved_before))
@@ -71,7 +73,7 @@ class FakeCompile:
             raise RuntimeError(
                 f"pip-compile {rel.version} {platform} failed:\nResolutionImpossible"
             )
-        versions = {**NEWEST, **rel.pins}
+        versions = {**NEWEST, **({} if rel.pins else self.lagging.get(platform, {})), **rel.pins}
         lines = [f"# fake lock of {rel.version} {platform}"]
         for name, version in sorted(versions.items()):
             digest = hashlib.sha256(f"{name}{version}{platform}".encode()).hexdigest()
@@ -84,6 +86,14 @@ def do_cut(repo, version="9.0.0", **kwargs):
     kwargs.setdefault("compile", FakeCompile())
     kwargs.setdefault("skip_tests", True)
     return cut.cut(version, repo, now=NOW, log=lambda *_: None, **kwargs)
+
+
+def test_the_pins_are_the_newest_set_every_platform_resolves(clone):
+    lag = {"jax": "9.0.5", "jaxlib": "9.0.5"}
+    rel = do_cut(clone, compile=FakeCompile(lagging={"tpu": lag}))
+    assert rel.pins == {n: v for n, v in {**NEWEST, **lag}.items() if n in release.HEADLINE}
+    for platform in release.LOCK_PLATFORMS:
+        assert rel.lock(platform).versions["jax"] == "9.0.5"
 
 
 def test_cut_writes_locks_pins_tables_commit_branch_and_tag(clone):
@@ -122,10 +132,14 @@ def test_cut_writes_locks_pins_tables_commit_branch_and_tag(clone):
 
     # First the cpu lock without pins, then all three with the pins and the test tools' lock
     # after them (the cpu lock constrains it); all at the cut-off.
-    assert fake.calls[0] == ("cpu", {}, "2027-03-04T05:06:07Z")
-    assert sorted(c[0] for c in fake.calls[1:]) == sorted(release.LOCKS)
+    unpinned = len(release.LOCK_PLATFORMS)
+    assert sorted(fake.calls[:unpinned]) == [
+        (p, {}, "2027-03-04T05:06:07Z") for p in sorted(release.LOCK_PLATFORMS)
+    ]
+    assert sorted(c[0] for c in fake.calls[unpinned:]) == sorted(release.LOCKS)
     assert fake.calls[-1][0] == release.TEST_LOCK
-    assert all(c[1] == meta["versions"] and c[2] == "2027-03-04T05:06:07Z" for c in fake.calls[1:])
+    pinned = fake.calls[unpinned:]
+    assert all(c[1] == meta["versions"] and c[2] == "2027-03-04T05:06:07Z" for c in pinned)
 
     # The cut commit holds the release, the refreshed tables and the package's new version; a
     # second commit records it as the release's source. Branch and tag point at the cut commit.
