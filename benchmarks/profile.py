@@ -24,9 +24,11 @@ import jax
 from jax.profiler import ProfileData
 
 # Module-instance suffixes (Block_3, layer_0, Dense_2) and call wrappers that say nothing about
-# which code an op came from.
+# which code an op came from (jax 0.12 names a scan's body eval_jaxpr).
 _INSTANCE = re.compile(r"(?<=[A-Za-z])_\d+(?=[/.]|$)")
-_WRAPPERS = re.compile(r"(?<![^/])(closed_call|checkpoint|rematted_computation|while|body)/")
+_WRAPPERS = re.compile(
+    r"(?<![^/])(closed_call|checkpoint|rematted_computation|while|body|eval_jaxpr)/"
+)
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (.*?) ([a-z][\w\-]*)\(")
 _COMPUTATION = re.compile(r"^(?:ENTRY )?%([\w.\-]+) .*\{$")
 _CALLS = re.compile(r"calls=%([\w.\-]+)")

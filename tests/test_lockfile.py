@@ -271,9 +271,12 @@ def test_image_check_leaves_out_a_locked_package_as_its_record_lists_it(tmp_path
     assert identity == {"format": "pax-env/1", "left_out": ["ml-dtypes"]}
     again = _verify(tmp_path, MESSY_LOCK, dists)
     assert again.returncode == 0 and "left out: ml-dtypes" in again.stdout, again.stdout
-    # Only what the lock pins and is installed can be left out: nothing is removed otherwise.
-    refused = _verify(tmp_path, MESSY_LOCK, dists, "--leave-out", "jax", "six")
-    assert refused.returncode == 1 and "--leave-out six: not installed" in refused.stdout
+    # A name the lock does not pin is passed over (NVIDIA names a wheel per CUDA major), but one
+    # at least must be pinned, and what is pinned must be installed: nothing is removed otherwise.
+    refused = _verify(tmp_path, MESSY_LOCK, dists, "--leave-out", "six", "nvidia-cusolver")
+    assert refused.returncode == 1 and "the lock pins none of them" in refused.stdout
+    refused = _verify(tmp_path, MESSY_LOCK, dists, "--leave-out", "jax", "ml-dtypes", "six")
+    assert refused.returncode == 1 and "--leave-out ml-dtypes: not installed" in refused.stdout
     assert (site / "jax" / "lib" / "libjax.so").is_file()
 
 

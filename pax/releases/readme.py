@@ -122,13 +122,14 @@ def matrix_row(release: Release) -> list[str]:
     """What each platform of a release runs on, as its lockfiles pin it."""
     cpu, tpu, gpu = (lock_versions(release, p) for p in LOCK_PLATFORMS)
     cpu_cell = f"{cpu['jax']} / {cpu['jaxlib']}" if "jax" in cpu else "—"
+    # Each by its CUDA 13 name or its CUDA 12 one, whichever the lock pins.
     gpu_cell = ", ".join(
-        gpu.get(name, "—")
-        for name in (
-            "jax-cuda12-plugin",
-            "nvidia-cuda-runtime-cu12",
-            "nvidia-cudnn-cu12",
-            "nvidia-cublas-cu12",
+        next((gpu[name] for name in names if name in gpu), "—")
+        for names in (
+            ("jax-cuda13-plugin", "jax-cuda12-plugin"),
+            ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu12"),
+            ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12"),
+            ("nvidia-cublas", "nvidia-cublas-cu12"),
         )
     )
     images = ", ".join(f"`pax:{release.version}-{p}`" for p in IMAGE_PLATFORMS)

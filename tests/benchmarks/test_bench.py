@@ -126,6 +126,10 @@ def test_profile_charges_the_traced_ops_to_their_source(capsys):
             ("backward", "TransformerLm/layers/ffn/ffn.project/bth,bte->he/dot_general"),
         ),
         ("jit(step)/jvp(Lm)/Block_3/LayerNorm_0/mul", ("forward", "Lm/Block/LayerNorm/mul")),
+        (  # jax 0.12 names a scan's body
+            "jit(step)/jvp(TransformerLm)/eval_jaxpr/layers/ffn/ffn.project/bte,eh->bth/dot_general",
+            ("forward", "TransformerLm/layers/ffn/ffn.project/bte,eh->bth/dot_general"),
+        ),
         (
             "jit(step)/transpose(jvp(Lm))/Embed_0.attend/dot_general",
             ("backward", "Lm/Embed.attend/dot_general"),

@@ -44,7 +44,7 @@ def test_support_matrix_matches_the_locks():
     for release in cut:
         row = rows[release.version]
         locks = {p: versions(parse_lockfile(release.lockfile(p))) for p in catalog.LOCK_PLATFORMS}
-        assert row[1] == release.python
+        assert row[1] == ", ".join(release.pythons)
         assert row[2] == f"{locks['cpu']['jax']} / {locks['cpu']['jaxlib']}"
         assert (release.pins["jax"], release.pins["jaxlib"]) == (
             locks["cpu"]["jax"],
@@ -52,11 +52,13 @@ def test_support_matrix_matches_the_locks():
         ), f"{release.version}: release.toml's headline pins differ from its cpu lock"
         assert row[4] == locks["tpu"]["libtpu"]
         gpu = locks["gpu"]
+        cuda = "13" if "jax-cuda13-plugin" in gpu else "12"  # NVIDIA drops -cu12 at CUDA 13
+        suffix = "" if cuda == "13" else "-cu12"
         assert row[5].split(", ") == [
-            gpu["jax-cuda12-plugin"],
-            gpu["nvidia-cuda-runtime-cu12"],
-            gpu["nvidia-cudnn-cu12"],
-            gpu["nvidia-cublas-cu12"],
+            gpu[f"jax-cuda{cuda}-plugin"],
+            gpu[f"nvidia-cuda-runtime{suffix}"],
+            gpu[f"nvidia-cudnn-cu{cuda}"],
+            gpu[f"nvidia-cublas{suffix}"],
         ]
         assert f"`pax:{release.version}-gpu`" in row[6]
         own_tree = release.meta.get("image_recipe") == "source"

@@ -44,7 +44,7 @@ def test_table_lists_every_release_newest_first():
         f"| {newest.version} | {newest.meta['date'].isoformat()} | "
         f"r{newest.version} | {pins['jax']} / {pins['jaxlib']} | {pins['flax']} | "
         f"{pins['optax']} | {pins['orbax-checkpoint']} | {pins['tensorstore']} | "
-        f"{newest.python} |"
+        f"{', '.join(newest.pythons)} |"
     )
 
 

@@ -49,7 +49,8 @@ def test_a_release_cut_now_stands_on_trixie_and_the_cut_ones_on_the_base_they_re
     assert release.local_base_image("trixie") == "pax-base:trixie"
     assert release.public_base_image("trixie") == "python:3.13-slim-trixie"
     for rel in RELEASES:
-        assert rel.base_suite == "bookworm", rel.version
+        # 1.8.0 and older, on 3.11: bookworm; 1.9.0 on, on 3.12 and 3.13: trixie
+        assert rel.base_suite == ("bookworm" if rel.pythons == ("3.11",) else "trixie"), rel.version
         recorded = rel.meta.get("images", {}).get("base_suite")
         assert recorded in (None, rel.base_suite), rel.version
 

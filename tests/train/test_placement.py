@@ -36,10 +36,10 @@ def test_every_host_of_every_reference_slice_feeds_the_rows_its_devices_hold(tmp
     assert set(slices) == {
         (name, where)
         for name, v4, v5e in (
-            ("C4Spmd1BAdam4Replicas", "v4-8", "v5e-4"),
-            ("LmCloudSpmd2BLimitSteps", "v4-8", "v5e-4"),
-            ("C4Spmd16BAdam32Replicas", "v4-64", "v5e-32"),
-            ("C4SpmdPipelineGpt3SmallAdam64Replicas", "v4-128", "v5e-64"),
+            ("C4Spmd1BAdam4Replicas", "v4-8", "v5litepod-4"),
+            ("LmCloudSpmd2BLimitSteps", "v4-8", "v5litepod-4"),
+            ("C4Spmd16BAdam32Replicas", "v4-64", "v5litepod-32"),
+            ("C4SpmdPipelineGpt3SmallAdam64Replicas", "v4-128", "v5litepod-64"),
         )
         for where in (v4, v5e)
     }
