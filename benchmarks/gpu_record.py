@@ -32,6 +32,7 @@ not a failure (the record's test holds the targets once a record is kept).
 from __future__ import annotations
 
 import json
+import re
 import os
 import shlex
 import subprocess
@@ -222,6 +223,14 @@ def _side_by_side(commands: list[tuple[str, list[str]]], env: dict, width: int, 
     return done
 
 
+def machine_lock() -> str:
+    """Every distribution this Python has, `name==version` a line, sorted."""
+    import importlib.metadata
+
+    pins = {re.sub(r"[-_.]+", "-", (d.metadata["Name"] or "").lower()): d.version for d in importlib.metadata.distributions()}
+    return "".join(f"{n}=={v}\n" for n, v in sorted(pins.items()) if n)
+
+
 def stage_tiny(dry: bool, record: dict, out: Path, limit: float, width: int) -> dict:
     """The tiny runs side by side, the band from their seeds, compare's verdict on the default
     seed, and FP8's checks against the band."""
@@ -231,7 +240,11 @@ def stage_tiny(dry: bool, record: dict, out: Path, limit: float, width: int) -> 
     from pax.curves.stats import tolerance
 
     work = Path(tempfile.mkdtemp(prefix="tiny-", dir=out.parent))
-    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")  # several on one GPU
+    # A band names the environment that made it: here the machine's own, no release's lock, so
+    # its installed set is written as the lock the runs name (PAX_LOCKFILE) and kept with them.
+    lock = out / "machine-lock.txt"
+    lock.write_text(machine_lock())
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", PAX_LOCKFILE=str(lock))
     runs = tiny_runs(dry, work)
     started = time.monotonic()
     done = _side_by_side(runs, env, width, limit)
@@ -345,7 +358,10 @@ def run(args) -> dict:
             record[name] = _stage_process(name, args.dry_run, record_path, min(left, STAGE_LIMIT_S[name]))
         elif name == "tiny":
             limit = min(left, STAGE_LIMIT_S["tiny"])
-            record[name] = stage_tiny(args.dry_run, record, out, limit, args.side_by_side)
+            try:
+                record[name] = stage_tiny(args.dry_run, record, out, limit, args.side_by_side)
+            except Exception as err:  # noqa: BLE001 - a stage's failure is part of the record
+                record[name] = {"error": f"{type(err).__name__}: {err}"}
         elif name == "tier":
             junit = out / "tier.xml.part"
             cmd = tier_command(args.dry_run, junit)
@@ -482,11 +498,37 @@ def summary(record: dict) -> list[str]:
     return lines
 
 
+def target_problems(record: dict) -> list[str]:
+    """The targets a record misses (docs/benchmarks.md), one line each; figures a stage did not
+    reach count as missed."""
+    s, problems = record.get("step", {}), []
+    b = s.get("trainer_bf16", {})
+    if not b.get("mfu", 0) >= MFU_GOAL:
+        problems.append(f"bf16 MFU {_pct(b.get('mfu'))} < {_pct(MFU_GOAL)}")
+    if not s.get("fp8_speedup", 0) >= FP8_SPEEDUP_GOAL:
+        problems.append(f"FP8 speed-up {s.get('fp8_speedup')} < {FP8_SPEEDUP_GOAL}")
+    if not s.get("trainer_over_baseline", float("inf")) <= RATIO_GOAL:
+        problems.append(f"trainer / baseline {s.get('trainer_over_baseline')} > {RATIO_GOAL}")
+    runs = record.get("decode", {}).get("runs", [])
+    if not runs or runs[0]["roofline_fraction"] < DECODE_ROOFLINE_GOAL:
+        problems.append(f"decode below {DECODE_ROOFLINE_GOAL} of the roofline")
+    rows, peak = record.get("plan", {}).get("rows"), s.get("peak_bytes_in_use_bf16")
+    if not rows or not peak or abs(rows[0]["per_device_bytes"] / peak - 1) > PLAN_TOLERANCE:
+        problems.append(f"the plan is not within {_pct(PLAN_TOLERANCE)} of the measured peak")
+    tier = record.get("tier", {})
+    if tier.get("failures", 1) or tier.get("errors", 1) or not tier.get("tests"):
+        problems.append("the accelerator tier did not pass")
+    if record.get("tiny", {}).get("compare", {}).get("exit") != 0:
+        problems.append("the tiny run is not inside the GPU band")
+    return problems
+
+
 def failed(record: dict) -> bool:
     stages = [record.get(n, {}) for n in STAGES]
     return (
         any("error" in s or "failed" in s for s in stages)
         or record.get("step", {}).get("losses_finite") is False
+        or record.get("tier", {}).get("exit", 0) != 0
     )
 
 
@@ -520,6 +562,9 @@ def main(argv=None) -> int:
     args.shown = list(argv if argv is not None else sys.argv[1:])
     record = run(args)
     print("\n".join(record["summary"]))
+    if not args.dry_run:
+        for problem in target_problems(record):
+            print(f"target missed: {problem}")
     bad = failed(record)
     print("FAILED" if bad else "OK")
     return 1 if bad else 0

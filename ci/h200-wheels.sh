@@ -2,7 +2,8 @@
 # The wheels an H200 machine's own Python lacks, for benchmarks/gpu_record.py (ci/h200.sh
 # --wheels DIR installs them there): tensorboardX (the trainer's summaries) and grain (the C4
 # input, which the accelerator tier imports) with their needs that its stack has not got, at
-# the release's gpu lock versions, for CPython 3.12 on x86-64. Needs the network; run it here,
+# the release's gpu lock versions, and jsonschema (a test imports it) at its test lock's, for
+# CPython 3.12 on x86-64. Needs the network; run it here,
 # then carry DIR (git-ignored; it and the tree must stay under the device's 64 MiB).
 #
 #   ci/h200-wheels.sh [RELEASE] [DIR]      # default: the newest cut release, .whl-h200
@@ -16,12 +17,13 @@ RELEASE="${1:-$(find "$ROOT/releases" -mindepth 2 -maxdepth 2 -name release.toml
   | xargs -rn1 basename | grep -E '^[0-9]+(\.[0-9]+)*$' | sort -V | tail -n1)}"
 DIR="${2:-$ROOT/.whl-h200}"
 LOCK="$ROOT/releases/$RELEASE/gpu.txt"
-[ -f "$LOCK" ] || die "no gpu lock $LOCK; name a cut release"
+[ -f "$LOCK" ] && [ -f "${LOCK%/*}/test.txt" ] || die "no gpu lock $LOCK; name a cut release"
 # tensorboardX and grain, and what they need beyond the machine's list (shared/gpu/README.md).
-NAMES=(tensorboardx grain array-record cloudpickle portpicker psutil)
+NAMES=(tensorboardx grain array-record cloudpickle portpicker psutil
+       jsonschema jsonschema-specifications referencing rpds-py attrs)
 rm -rf "$DIR" && mkdir -p "$DIR"
 for name in "${NAMES[@]}"; do
-  version="$(grep -iE "^$name==" "$LOCK" | head -n1 | sed -E 's/^[^=]+==([^ ;\\]+).*/\1/')"
+  version="$(grep -ihE "^$name==" "$LOCK" "${LOCK%/*}/test.txt" | head -n1 | sed -E 's/^[^=]+==([^ ;\\]+).*/\1/')"
   [ -n "$version" ] || die "$LOCK pins no $name"
   PIP_CONFIG_FILE=/dev/null python3 -m pip download -q --isolated --no-deps --only-binary=:all: \
     --python-version 3.12 --implementation cp --abi cp312 --abi abi3 --abi none \
