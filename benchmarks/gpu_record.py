@@ -239,7 +239,7 @@ def stage_tiny(dry: bool, record: dict, out: Path, limit: float, width: int) -> 
     from pax.curves.reference import load_reference
     from pax.curves.stats import tolerance
 
-    work = Path(tempfile.mkdtemp(prefix="tiny-", dir=out.parent))
+    work = Path(tempfile.mkdtemp(prefix="gpu-record-tiny-"))  # job dirs stay out of $OUT
     # A band names the environment that made it: here the machine's own, no release's lock, so
     # its installed set is written as the lock the runs name (PAX_LOCKFILE) and kept with them.
     lock = out / "machine-lock.txt"
