@@ -32,8 +32,8 @@ not a failure (the record's test holds the targets once a record is kept).
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -195,9 +195,11 @@ def tiny_runs(dry: bool, work: Path) -> list[tuple[str, list[str]]]:
 
     seeds = DRY_BAND_SEEDS if dry else BAND_SEEDS
     runs = [main(TINY, f"seed{s}", s) for s in seeds]
-    return runs + [main(TINY, f"seed{DEFAULT_SEED}", DEFAULT_SEED)] + [
-        main(TINY_FP8, f"fp8-seed{DEFAULT_SEED}", DEFAULT_SEED)
-    ]
+    return (
+        runs
+        + [main(TINY, f"seed{DEFAULT_SEED}", DEFAULT_SEED)]
+        + [main(TINY_FP8, f"fp8-seed{DEFAULT_SEED}", DEFAULT_SEED)]
+    )
 
 
 def _side_by_side(commands: list[tuple[str, list[str]]], env: dict, width: int, limit: float):
@@ -227,7 +229,10 @@ def machine_lock() -> str:
     """Every distribution this Python has, `name==version` a line, sorted."""
     import importlib.metadata
 
-    pins = {re.sub(r"[-_.]+", "-", (d.metadata["Name"] or "").lower()): d.version for d in importlib.metadata.distributions()}
+    pins = {
+        re.sub(r"[-_.]+", "-", (d.metadata["Name"] or "").lower()): d.version
+        for d in importlib.metadata.distributions()
+    }
     return "".join(f"{n}=={v}\n" for n, v in sorted(pins.items()) if n)
 
 
@@ -294,7 +299,8 @@ def stage_tiny(dry: bool, record: dict, out: Path, limit: float, width: int) -> 
                 "fp8": b,
                 "difference": None if a is None or b is None else b - a,
                 "band_std": stat.std,
-                "fp8_from_band_mean_stds": None if b is None or not stat.std
+                "fp8_from_band_mean_stds": None
+                if b is None or not stat.std
                 else (b - stat.mean) / stat.std,
             }
         )
@@ -355,7 +361,9 @@ def run(args) -> dict:
         if left < 10:
             record[name] = {"error": "not run: the budget was spent"}
         elif name in STAGE_FUNCTIONS:
-            record[name] = _stage_process(name, args.dry_run, record_path, min(left, STAGE_LIMIT_S[name]))
+            record[name] = _stage_process(
+                name, args.dry_run, record_path, min(left, STAGE_LIMIT_S[name])
+            )
         elif name == "tiny":
             limit = min(left, STAGE_LIMIT_S["tiny"])
             try:
@@ -366,7 +374,9 @@ def run(args) -> dict:
             junit = out / "tier.xml.part"
             cmd = tier_command(args.dry_run, junit)
             try:
-                code = subprocess.run(cmd, cwd=ROOT, timeout=min(left, STAGE_LIMIT_S["tier"])).returncode
+                code = subprocess.run(
+                    cmd, cwd=ROOT, timeout=min(left, STAGE_LIMIT_S["tier"])
+                ).returncode
                 record[name] = {"exit": code, **tier_counts(junit)}
             except (subprocess.TimeoutExpired, OSError) as err:
                 record[name] = {"error": str(err).splitlines()[0]}
@@ -402,12 +412,28 @@ def environment() -> dict:
         except importlib.metadata.PackageNotFoundError:
             return None
 
-    names = ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "flax", "optax",
-             "orbax-checkpoint", "tensorstore", "numpy", "tensorboardx", "grain")
-    smi = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-        capture_output=True, text=True,
-    ) if _has("nvidia-smi") else None
+    names = (
+        "jax",
+        "jaxlib",
+        "jax-cuda13-plugin",
+        "jax-cuda13-pjrt",
+        "flax",
+        "optax",
+        "orbax-checkpoint",
+        "tensorstore",
+        "numpy",
+        "tensorboardx",
+        "grain",
+    )
+    smi = (
+        subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        )
+        if _has("nvidia-smi")
+        else None
+    )
     return {
         "python": platform.python_version(),
         "packages": {n: version(n) for n in names},
@@ -476,8 +502,11 @@ def summary(record: dict) -> list[str]:
     t = record.get("tiny", {})
     if "compare" in t:
         worst = max(
-            (abs(c["fp8_from_band_mean_stds"]) for c in t["fp8_against_bf16"]["checks"]
-             if c["fp8_from_band_mean_stds"] is not None),
+            (
+                abs(c["fp8_from_band_mean_stds"])
+                for c in t["fp8_against_bf16"]["checks"]
+                if c["fp8_from_band_mean_stds"] is not None
+            ),
             default=None,
         )
         lines.append(
@@ -533,12 +562,19 @@ def failed(record: dict) -> bool:
 
 
 def main(argv=None) -> int:
-    parser = ExitingArgumentParser(prog=f"python -m benchmarks.{PROG}", description=__doc__.splitlines()[0])
+    parser = ExitingArgumentParser(
+        prog=f"python -m benchmarks.{PROG}", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny size: checks the script")
-    parser.add_argument("--out", default=os.environ.get("OUT") or "runs/gpu_record",
-                        help="where the record goes (default $OUT, else runs/gpu_record)")
+    parser.add_argument(
+        "--out",
+        default=os.environ.get("OUT") or "runs/gpu_record",
+        help="where the record goes (default $OUT, else runs/gpu_record)",
+    )
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
-    parser.add_argument("--budget-s", type=float, default=510, help="stop starting stages after this")
+    parser.add_argument(
+        "--budget-s", type=float, default=510, help="stop starting stages after this"
+    )
     parser.add_argument("--side-by-side", type=int, default=6, help="tiny runs at a time")
     parser.add_argument("--stage", choices=sorted(STAGE_FUNCTIONS), help=argparse_hidden())
     parser.add_argument("--record-in", help=argparse_hidden())
@@ -549,7 +585,10 @@ def main(argv=None) -> int:
         result = STAGE_FUNCTIONS[args.stage](args.dry_run, record)
         Path(args.json).write_text(json.dumps(result, indent=2, default=str))
         return 0
-    gpu = _has("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+    gpu = (
+        _has("nvidia-smi")
+        and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+    )
     if not gpu and not args.dry_run:
         print(
             f"{PROG}: error: no GPU here (nvidia-smi lists none); run it on an H200, or pass "
