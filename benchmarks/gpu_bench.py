@@ -54,6 +54,38 @@ def measure_baseline(cfg, optimizer, batch: int, steps: int, peak_flops: float) 
     }
 
 
+def measure(name: str, steps: int, batch=None) -> dict:
+    """The trainer's step in bf16 and FP8 and the baseline's in bf16 on the default device,
+    and the bf16 step's peak device memory (what the allocator held at most: read before
+    anything else runs, so a fresh process's figure is that step's)."""
+    bf16 = fp8_check.measure(name, False, steps, batch)
+    stats = jax.devices()[0].memory_stats()  # None on CPU
+    fp8 = fp8_check.measure(name, True, steps, batch)
+    cfg = bf16["model"]
+    # One peak for every row: on a GPU the table's, on CPU the bf16 run's measurement.
+    peak = bf16["peak"]
+    fp8["mfu"] = fp8["flops_per_step"] / fp8["step_s"] / peak["flops"]
+    base = measure_baseline(cfg, bf16["optimizer"], bf16["batch"], steps, peak["flops"])
+    keys = ("step_s", "tokens_per_s", "mfu", "compile_s")
+    return {
+        "experiment": bf16["experiment"],
+        "model": cfg,
+        "params": bf16["params"],
+        "batch": bf16["batch"],
+        "flops_per_step": bf16["flops_per_step"],
+        "peak": peak,
+        "trainer_bf16": {k: bf16[k] for k in keys},
+        "trainer_fp8": {k: fp8[k] for k in keys},
+        "baseline_bf16": {k: base[k] for k in keys},
+        "fp8_speedup": bf16["step_s"] / fp8["step_s"],
+        "trainer_over_baseline": bf16["step_s"] / base["step_s"],
+        "f8_gemms": fp8["f8_gemms"],
+        "f8_dots_lowered": fp8["f8_dots_lowered"],
+        "peak_bytes_in_use_bf16": stats and stats.get("peak_bytes_in_use"),
+        "losses": bf16["losses"] + fp8["losses"] + [base["loss"]],
+    }
+
+
 def main(argv=None) -> int:
     parser = ExitingArgumentParser(
         prog="python -m benchmarks.gpu_bench", description=__doc__.splitlines()[0]
@@ -82,18 +114,14 @@ def main(argv=None) -> int:
     )
     if args.dry_run:
         print("DRY RUN on CPU at a tiny size: these figures say nothing about a GPU.", flush=True)
-    bf16 = fp8_check.measure(name, False, steps, batch)
-    fp8 = fp8_check.measure(name, True, steps, batch)
-    cfg = bf16["model"]
-    # One peak for every row: on a GPU the table's, on CPU the bf16 run's measurement.
-    peak = bf16["peak"]
-    fp8["mfu"] = fp8["flops_per_step"] / fp8["step_s"] / peak["flops"]
-    base = measure_baseline(cfg, bf16["optimizer"], bf16["batch"], steps, peak["flops"])
+    m = measure(name, steps, batch)
+    bf16, fp8, base = m["trainer_bf16"], m["trainer_fp8"], m["baseline_bf16"]
+    cfg, peak = m["model"], m["peak"]
     print(
-        f"model: {bf16['experiment']}, {bf16['params'] / 1e9:.3f}B params ({cfg.num_layers} "
+        f"model: {m['experiment']}, {m['params'] / 1e9:.3f}B params ({cfg.num_layers} "
         f"layers x {cfg.model_dims}, FFN {cfg.hidden_dims}, {cfg.num_heads} heads), seq "
-        f"{cfg.seq_len}, batch {bf16['batch']}, remat {cfg.remat_policy}, "
-        f"{bf16['flops_per_step'] / 1e12:.3f} TFLOP/step (pax.train.mfu), synthetic tokens"
+        f"{cfg.seq_len}, batch {m['batch']}, remat {cfg.remat_policy}, "
+        f"{m['flops_per_step'] / 1e12:.3f} TFLOP/step (pax.train.mfu), synthetic tokens"
     )
     print(f"peak: {peak['flops'] / 1e12:.4g} TFLOP/s ({peak['source']}, {peak['device_kind']})")
     rows = (("trainer bf16", bf16), ("trainer fp8", fp8), ("baseline bf16", base))
@@ -102,30 +130,19 @@ def main(argv=None) -> int:
             f"{label:14s} step {r['step_s'] * 1e3:9.1f} ms  {r['tokens_per_s']:11.0f} tokens/s  "
             f"MFU {100 * r['mfu']:5.1f}%  compile {r['compile_s']:5.1f} s  ({steps} timed steps)"
         )
-    speedup = bf16["step_s"] / fp8["step_s"]
-    over_baseline = bf16["step_s"] / base["step_s"]
     print(
-        f"speed-up fp8 / bf16: {speedup:.2f}x (goal >= {FP8_SPEEDUP_GOAL}x); MFU bf16 "
+        f"speed-up fp8 / bf16: {m['fp8_speedup']:.2f}x (goal >= {FP8_SPEEDUP_GOAL}x); MFU bf16 "
         f"{100 * bf16['mfu']:.1f}% (goal >= {100 * MFU_GOAL:.0f}%); trainer / baseline step "
-        f"time (bf16): {over_baseline:.3f}; FP8 GEMMs in the FP8 step: {fp8['f8_gemms']}"
+        f"time (bf16): {m['trainer_over_baseline']:.3f}; FP8 GEMMs in the FP8 step: "
+        f"{m['f8_gemms']}"
     )
-    losses = bf16["losses"] + fp8["losses"] + [base["loss"]]
-    finite = bool(np.isfinite(losses).all())
+    finite = bool(np.isfinite(m["losses"]).all())
     if args.json:
         figures = {
             "device": f"{device.platform}: {device.device_kind}",
             "dry_run": args.dry_run,
-            "experiment": bf16["experiment"],
-            "batch": bf16["batch"],
             "steps": steps,
-            "flops_per_step": bf16["flops_per_step"],
-            "peak": peak,
-            "trainer_bf16": {k: bf16[k] for k in ("step_s", "tokens_per_s", "mfu", "compile_s")},
-            "trainer_fp8": {k: fp8[k] for k in ("step_s", "tokens_per_s", "mfu", "compile_s")},
-            "baseline_bf16": {k: base[k] for k in ("step_s", "tokens_per_s", "mfu", "compile_s")},
-            "fp8_speedup": speedup,
-            "trainer_over_baseline": over_baseline,
-            "f8_gemms": fp8["f8_gemms"],
+            **{k: v for k, v in m.items() if k not in ("model", "params", "losses")},
         }
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=2)
