@@ -175,6 +175,13 @@ def tier_command(dry: bool, junit: Path) -> list[str]:
     return cmd + (["--collect-only"] if dry else [])
 
 
+def collected(output: str) -> dict:
+    """The count a `pytest --collect-only -q` run prints ("N tests collected")."""
+    found = re.search(r"^(\d+)(?:/\d+)? tests? collected", output, re.M)
+    tests = int(found.group(1)) if found else 0
+    return {"tests": tests, "failures": 0, "errors": 0, "skipped": 0, "collected_only": True}
+
+
 def tier_counts(junit: Path) -> dict:
     """pytest's totals from its JUnit XML."""
     import xml.etree.ElementTree as ET
@@ -374,10 +381,17 @@ def run(args) -> dict:
             junit = out / "tier.xml.part"
             cmd = tier_command(args.dry_run, junit)
             try:
-                code = subprocess.run(
-                    cmd, cwd=ROOT, timeout=min(left, STAGE_LIMIT_S["tier"])
-                ).returncode
-                record[name] = {"exit": code, **tier_counts(junit)}
+                done = subprocess.run(
+                    cmd,
+                    cwd=ROOT,
+                    timeout=min(left, STAGE_LIMIT_S["tier"]),
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                print(done.stdout, end="", flush=True)
+                # A dry run only collects, and pytest's JUnit file then lists no test.
+                counts = collected(done.stdout) if args.dry_run else tier_counts(junit)
+                record[name] = {"exit": done.returncode, **counts}
             except (subprocess.TimeoutExpired, OSError) as err:
                 record[name] = {"error": str(err).splitlines()[0]}
             junit.unlink(missing_ok=True)
