@@ -73,7 +73,7 @@ def leave_out(names: list[str], pins: dict[str, str]) -> list[str]:
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
     body = json.loads(IDENTITY.read_text())
-    body["left_out"] = sorted(set(body.get("left_out", [])) | set(names))
+    body["left_out"] = sorted(set(body.get("left_out", [])) | set(pinned))
     IDENTITY.write_text(json.dumps(body, indent=1) + "\n")
     return []
 

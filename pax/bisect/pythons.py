@@ -54,13 +54,18 @@ class Pythons:
 
 
 def _named(lock: Lock, given: str | None, flag: str) -> str | None:
-    """The Python an end names: the flag's, its release's, its lock header's; None if none."""
+    """The Python an end names: the flag's, its release's (of several, the running one, else the
+    first this machine has), its lock header's; None if none."""
     release = dist_release.resolve(lock.release).pythons if lock.release else ()
     if given and release and given not in release:
         raise InputError(
             f"{flag} {given}: release {lock.release} installs on Python {' or '.join(release)}"
         )
-    return given or (release[0] if release else lock.python)
+    if given or not release:
+        return given or lock.python
+    if interpreters.running() in release:
+        return interpreters.running()
+    return next((v for v in release if interpreters.find(v)), release[0])
 
 
 def resolve(good: Lock, bad: Lock, args) -> Pythons:

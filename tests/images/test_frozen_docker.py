@@ -90,7 +90,9 @@ def frozen_release(tmp_path_factory):
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
     for key, value in (("user.name", "Frozen Test"), ("user.email", "frozen@example.invalid")):
         git.run("config", key, value, root=clone)
-    found = _newest_frozen(clone)
+    # PAX_CONTAINER_RELEASE: the release whose base this engine holds (CI: 1.8.0 on bookworm)
+    wanted = os.environ.get("PAX_CONTAINER_RELEASE")
+    found = catalog.resolve(wanted, clone) if wanted else _newest_frozen(clone)
     version = found.version if found else None
     wheels = ROOT / "wheelhouse" / f"{version or catalog.newest(clone).version}-{PLATFORM}"
     if wheels.is_dir():
