@@ -4,6 +4,7 @@ docs/parallelism.md's table is what docs/aot.json says."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -322,7 +323,7 @@ def test_the_cuda_compiler_plans_the_1b_on_one_node_of_eight_h100s(tmp_path):
         python=GPU_PYTHON,
     )
     row = _one(rows)
-    assert row["compiler"].startswith("CUDA (jax-cuda12-plugin ")
+    assert re.match(r"CUDA \(jax-cuda1[23]-plugin \d", row["compiler"]), row["compiler"]
     assert row["target"] == {
         "generation": "NVIDIA H100 80GB HBM3",
         "slice": "1×8 H100",
@@ -332,4 +333,4 @@ def test_the_cuda_compiler_plans_the_1b_on_one_node_of_eight_h100s(tmp_path):
     assert row["attention"] == "xla" and row["mesh"] == {"replica": 1, "data": 8, "mdl": 1}
     # memory_analysis() answered: the state's eighth and the temporaries, well within 80 GB.
     assert row["fits"] and 0 < row["temp_bytes"] < row["per_device_bytes"] < 80 * 2**30
-    assert "CUDA (jax-cuda12-plugin" in result.stdout and "1×8 H100 (cuda:1x1x8)" in result.stdout
+    assert row["compiler"] in result.stdout and "1×8 H100 (cuda:1x1x8)" in result.stdout
