@@ -11,6 +11,7 @@ one line naming it and how to get it.
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -37,13 +38,21 @@ def running() -> str:
     return "%d.%d" % sys.version_info[:2]
 
 
-def _version_of(python: str) -> str | None:
+def full_version(python: str) -> str | None:
+    """An interpreter's full version ("3.13.0"); None when it does not start."""
+    if python == base_python():
+        return platform.python_version()
     out = subprocess.run(
-        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        [python, "-c", "import platform; print(platform.python_version())"],
         capture_output=True,
         text=True,
     )
     return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _version_of(python: str) -> str | None:
+    full = full_version(python)
+    return ".".join(full.split(".")[:2]) if full else None
 
 
 def _pyenv_root() -> Path:

@@ -37,7 +37,7 @@ from pathlib import Path
 from packaging import tags
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from pax import lockfile
+from pax import interpreters, lockfile
 from pax.environments import index
 from pax.environments.install import (
     Installer,
@@ -127,19 +127,6 @@ def _refuses(path: Path, python_version: str) -> str:
     return "" if admitted else f"requires Python {needs}"
 
 
-def python_version(python: str) -> str:
-    """An interpreter's full version ("3.13.0")."""
-    if python == base_python():
-        return platform.python_version()
-    out = subprocess.run(
-        [python, "-c", "import platform; print(platform.python_version())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout.strip()
-
-
 def _pip_errors(text: str, fallback_lines: int = 3) -> str:
     """The installer's error lines (pip's `ERROR:`, uv's `error:` and its indented `cause:`s);
     progress lines say nothing about what went wrong. Else a tail."""
@@ -198,7 +185,10 @@ class WheelCache:
     ):
         self.dir = Path(directory)
         self.python = python or base_python()
-        self.python_version = python_version(self.python)  # "3.13.0": Requires-Python sees it
+        # "3.13.0": Requires-Python sees it
+        self.python_version = interpreters.full_version(self.python)
+        if self.python_version is None:
+            raise RuntimeError(f"{self.python} does not start; name another interpreter")
         self.version = ".".join(self.python_version.split(".")[:2])
         self.index_args = (  # pip's options for the places, and the interpreter it fetches for
             (["--index-url", index_url] if index_url else [])
