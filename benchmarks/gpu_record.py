@@ -142,7 +142,7 @@ def stage_step(dry: bool, record: dict) -> dict:
 def stage_decode(dry: bool, record: dict) -> dict:
     from benchmarks.decode import roofline
 
-    r = roofline.measure(dry, [1], 16 if dry else 128, 4 if dry else 256, 1 if dry else 3)
+    r = roofline.measure(dry, [1], 16 if dry else 128, 16 if dry else 256, 3)
     copy = record.get("ceilings", {}).get("copy_bytes_per_s")
     for run in r["runs"]:
         if copy:

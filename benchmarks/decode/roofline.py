@@ -81,7 +81,15 @@ def run(cfg, mesh, variables, batch: int, prompt: int, new: int, bw: float, repe
     greedy = Sampling("greedy")
     whole = _seconds(Generator(cfg, mesh, shardings, new, greedy), variables, prompt_batch, repeats)
     first = _seconds(Generator(cfg, mesh, shardings, 1, greedy), variables, prompt_batch, repeats)
-    step_s = (figures.spread(whole)["median"] - figures.spread(first)["median"]) / (new - 1)
+    # The fastest of each is the least disturbed by other work on the machine; medians of a
+    # few samples on a busy host can put the difference below zero.
+    step_s = (min(whole) - min(first)) / (new - 1)
+    if step_s <= 0:
+        raise RuntimeError(
+            f"decode: {new} tokens took no longer than 1 ({min(whole):.4f} s vs "
+            f"{min(first):.4f} s): the host is too busy to time a step; rerun with more "
+            "--new tokens or --repeats"
+        )
     span = prompt_batch.tokens.shape[1] + new  # the cache buffer every step attends over
     nbytes = step_bytes(cfg, batch, 1, span)
     return {
