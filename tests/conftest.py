@@ -73,6 +73,24 @@ def pytest_collection_modifyitems(config, items):
 
 
 _STARTED = time.monotonic()
+_FILE_SECONDS: dict[str, float] = {}  # setup + call + teardown, summed over a file's tests
+SLOWEST_FILES = 10
+
+
+def pytest_runtest_logreport(report):
+    # Under xdist this runs in the controller too, with each worker's reports.
+    path = report.nodeid.split("::")[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def _machine() -> str:
+    """The cores and the f32 matmul rate the tier ran on: its wall time means little without
+    them (README gives the tier's time against the same figure)."""
+    from pax.train import mfu
+
+    cores = len(os.sched_getaffinity(0))
+    rate = mfu.measure_matmul_peak("float32") / 1e9
+    return f"{cores} cores, 2048x2048 f32 matmul at {rate:.0f} GFLOP/s"
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -83,8 +101,12 @@ def pytest_terminal_summary(terminalreporter, config):
         tier = f"accelerator on {jax.devices()[0].device_kind}"
     passed = len(terminalreporter.stats.get("passed", []))
     minutes = (time.monotonic() - _STARTED) / 60
+    if len(_FILE_SECONDS) > 1:
+        terminalreporter.write_sep("=", f"slowest {SLOWEST_FILES} files")
+        for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda x: -x[1])[:SLOWEST_FILES]:
+            terminalreporter.write_line(f"{seconds:7.1f}s {path}")
     terminalreporter.write_line(
-        f"tier {tier}: {passed} passed, {minutes:.1f} min wall"
+        f"tier {tier}: {passed} passed, {minutes:.1f} min wall on {_machine()}"
         + ("" if config.getoption("--full") else "; `--full` adds the tests marked slow")
     )
 

@@ -18,6 +18,13 @@ ROOT = str(paths.ROOT)
 OTHER = "1.4.0" if envinfo.describe()["release"] == "1.3.0" else "1.3.0"
 
 
+def xla_flags(devices: int) -> str:
+    """XLA_FLAGS for a process a test starts on CPU: the session's (tests/conftest.py, which
+    compiles the tiny models fast) with its own count of host devices."""
+    flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", os.environ["XLA_FLAGS"])
+    return f"{flags.strip()} --xla_force_host_platform_device_count={devices}".strip()
+
+
 class ShortRun:
     """A test's run length: 6 steps, summaries every step, eval and checkpoint every 3."""
 
@@ -158,10 +165,7 @@ class PaxMain:
                 cwd=ROOT,
             )
         out, err = self._folder / "stdout", self._folder / "stderr"
-        # The session's XLA flags (tests/conftest.py), with the command's own device count.
-        xla = re.sub(r"--xla_force_host_platform_device_count=\d+", "", os.environ["XLA_FLAGS"])
-        xla += f" --xla_force_host_platform_device_count={devices}"
-        env = {"XLA_FLAGS": xla.strip(), **(env or {})}
+        env = {"XLA_FLAGS": xla_flags(devices), **(env or {})}
         request = {"args": args, "env": env, "cwd": str(cwd), "timeout": timeout}
         request["stdout"] = str(out)
         self._server.stdin.write(json.dumps({**request, "stderr": str(err)}) + "\n")

@@ -24,6 +24,7 @@ import pytest
 from pax import envinfo, lockfile
 from pax.paths import ROOT
 from pax.pip import make_venv
+from tests.helpers import xla_flags
 
 BUMPED = "absl-py"  # pure Python, and the trainer imports it (absl flags and logging)
 SHORT_RUN = [
@@ -50,7 +51,7 @@ def _clean_env() -> dict:
     """The caller's environment without PAX_* or PYTHONPATH: a run started by hand."""
     drop = ("PYTHONPATH", "VIRTUAL_ENV")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAX_") and k not in drop}
-    return env | {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    return env | {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(1)}
 
 
 def _run(python, job_dir):

@@ -153,11 +153,8 @@ def mismatch(env: Env) -> str:
         if len(rows) > SHOWN_DIFFERENCES:
             shown += f"; and {len(rows) - SHOWN_DIFFERENCES} more (./noxw -s env lists them)"
         return f"{env.path} does not match {env.lockfile}: {shown}"
-    check = pip_check(env.python)
-    if check.returncode != 0:
-        said = (check.stdout + check.stderr).splitlines()
-        return f"pip check fails in {env.path}: " + "; ".join(x.strip() for x in said if x.strip())
-    return ""
+    problems = pip_check(env.python)
+    return f"pip check fails in {env.path}: {problems}" if problems else ""
 
 
 @contextlib.contextmanager

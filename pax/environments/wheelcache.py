@@ -507,12 +507,7 @@ class EnvBuilder:
 
     def _check(self) -> str:
         """pip check's complaint; "" when clean."""
-        check = pip_check(self.python)
-        return (
-            ""
-            if check.returncode == 0
-            else (_tail(check.stdout + check.stderr, 5) or "pip check failed")
-        )
+        return pip_check(self.python, self._installer)
 
 
 def _changes(current: dict[str, Pin], pins: dict[str, Pin]) -> tuple[list[str], list[Pin]]:

@@ -7,6 +7,7 @@ COMMAND `python check.py`) is tests/bisect/wheels.py's.
 
 import json
 import math
+import re
 
 import pytest
 
@@ -124,7 +125,7 @@ def test_intermediate_env_violating_a_dependency_is_skipped(tmp_path, index, cac
     assert culprit_names(report) == ["z02"]
     skipped = report["skipped"]  # the skipped steps, each with its reason
     assert skipped and all("pip check failed" in s["reason"] for s in skipped)
-    assert "m-user 1 has requirement m-core<2" in skipped[0]["reason"]
+    assert re.search(r"m-user.* (has requirement|requires) `?m-core<2", skipped[0]["reason"])
     assert [s["step"] for s in skipped] == [
         s["number"] for s in report["steps"] if s["verdict"] == "skip"
     ]

@@ -14,7 +14,7 @@ from pax import paths
 from pax.curves import faults
 from pax.models import transformer
 from pax.train import step
-from tests.helpers import Tiny
+from tests.helpers import Tiny, xla_flags
 
 ROOT = str(paths.ROOT)
 
@@ -125,7 +125,7 @@ def test_a_broken_run_end_to_end(tmp_path):
             **os.environ,
             "PYTHONPATH": ROOT,
             "JAX_PLATFORMS": "cpu",
-            "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+            "XLA_FLAGS": xla_flags(1),
         },
         capture_output=True,
         text=True,

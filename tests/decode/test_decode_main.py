@@ -15,7 +15,7 @@ from pax.decode.options import Options
 from pax.decode.sampling import Sampling
 from pax.errors import UsageError
 from pax.train.instantiate import instantiate
-from tests.helpers import Tiny, derive
+from tests.helpers import Tiny, derive, xla_flags
 
 ROOT = str(paths.ROOT)
 # tests.helpers.Tiny as --set overrides of the registered tiny experiment.
@@ -44,7 +44,7 @@ def _start(*args):
         **os.environ,
         "PYTHONPATH": ROOT,
         "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+        "XLA_FLAGS": xla_flags(1),
     }
     return subprocess.Popen(
         [sys.executable, "-m", "pax.main", *args],

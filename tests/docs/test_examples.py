@@ -16,6 +16,7 @@ import pytest
 from pax.experiments.config import PARAMS
 from pax.paths import ROOT
 from tests.docs.test_links import nox_sessions
+from tests.helpers import xla_flags
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Programs of the user's machine an example may start with.
@@ -217,7 +218,7 @@ def _env(tmp_path) -> dict:
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "XLA_FLAGS": xla_flags(8),
     }
 
 

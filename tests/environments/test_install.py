@@ -1,6 +1,7 @@
 """pax.environments.install: a pin as a requirement line, its hashes, and a hashed lock installed
 exactly, by uv or by pip."""
 
+import re
 import subprocess
 
 import pytest
@@ -73,3 +74,23 @@ def test_install_lock_installs_exactly_a_hashed_lock_and_refuses_a_wrong_hash(
     with pytest.raises(subprocess.CalledProcessError):
         install.install_lock(python, tampered)
     assert lockfile.installed_in(python) == {}  # nothing half-installed
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_pip_check_names_an_unmet_requirement_in_one_line_and_nothing_when_met(tmp_path, installer):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    python = make_venv(tmp_path / "env")
+    chosen = install.Installer.choose(installer)
+    core, user = (
+        build_wheel(wheels, "m-core", "2"),
+        build_wheel(wheels, "m-user", "1", "", ("m-core<2",)),
+    )
+    chosen.run(python, "install", "--no-deps", str(core), check=True, capture_output=True)
+    assert install.pip_check(python, chosen) == ""
+    chosen.run(python, "install", "--no-deps", str(user), check=True, capture_output=True)
+    problem = install.pip_check(python, chosen)
+    # pip: "m-user 1 has requirement m-core<2, but you have m-core 2."; uv: "The package
+    # `m-user` requires `m-core<2`, but `2` is installed".
+    assert re.search(r"m-user.* (has requirement|requires) `?m-core<2`?, but ", problem), problem
+    assert "\n" not in problem and "Using Python" not in problem

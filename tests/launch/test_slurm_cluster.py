@@ -23,6 +23,7 @@ import pytest
 from pax.images import engine, target
 from pax.paths import ROOT
 from pax.releases import catalog
+from tests.helpers import xla_flags
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("PAX_CONTAINER_TESTS") != "1",
@@ -82,7 +83,7 @@ def _submit(script, job_dir, runtime):
         "PAX_CHECKOUT": str(ROOT),
         "PAX_IMAGE": target.resolve(RELEASE, "tpu", dev=True).tag,
         "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+        "XLA_FLAGS": xla_flags(1),
     }
     out = subprocess.run(
         ["sbatch", "--parsable", str(script)],

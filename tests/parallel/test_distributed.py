@@ -15,6 +15,7 @@ from jax._src.clusters import cloud_tpu_cluster
 from pax import paths
 from pax.errors import UsageError
 from pax.parallel import distributed
+from tests.helpers import xla_flags
 
 ROOT = str(paths.ROOT)
 _CLUSTER_PREFIXES = ("SLURM_", "OMPI_", "TPU_", "MEGASCALE_", "KUBERNETES_", "JAX_COORDINATOR")
@@ -138,7 +139,7 @@ def test_two_slurm_tasks_join_without_flags(tmp_path):
         PYTHONPATH=ROOT,
         JAX_PLATFORMS="cpu",
         JAX_COORDINATOR_PORT=str(port),
-        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        XLA_FLAGS=xla_flags(2),
         SLURM_JOB_ID="77",
         SLURM_STEP_NODELIST="localhost",
         SLURM_NTASKS="2",

@@ -16,7 +16,7 @@ import pytest
 
 from pax import paths
 from pax.train import preemption
-from tests.helpers import truncate_files
+from tests.helpers import truncate_files, xla_flags
 
 ROOT = str(paths.ROOT)
 COMMON = ["--exp=LmCloudSpmdTiny"] + [
@@ -41,7 +41,7 @@ def _env(devices):
         **os.environ,
         "PYTHONPATH": ROOT,
         "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "XLA_FLAGS": xla_flags(devices),
     }
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from pax import paths
 from pax.train import placement
+from tests.helpers import xla_flags
 from tests.test_aot import TPU_PYTHON, needs_libtpu
 
 ROOT = str(paths.ROOT)
@@ -118,7 +119,7 @@ def test_two_processes_feed_rows_that_are_not_adjacent_into_one_global_batch(tmp
         **os.environ,
         "PYTHONPATH": ROOT,
         "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "XLA_FLAGS": xla_flags(4),
     }
     procs = [
         subprocess.Popen(

@@ -16,7 +16,7 @@ from pax.checkpoint.manager import Checkpointer, CheckpointError
 from pax.train import loop, preemption
 from pax.train import state as state_lib
 from pax.train.instantiate import instantiate
-from tests.helpers import Tiny, derive, read_metrics, truncate_files
+from tests.helpers import Tiny, derive, read_metrics, truncate_files, xla_flags
 
 ROOT = str(paths.ROOT)
 SMALL = [
@@ -35,7 +35,7 @@ STEP_LINE = re.compile(r"step (\d+)/\d+ ")
 
 
 # One CPU device, as a reader's machine has (the tests' own process has eight).
-ONE_DEVICE = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+ONE_DEVICE = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(1)}
 
 
 def _start(job_dir, steps):
