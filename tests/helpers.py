@@ -18,11 +18,13 @@ ROOT = str(paths.ROOT)
 OTHER = "1.4.0" if envinfo.describe()["release"] == "1.3.0" else "1.3.0"
 
 
-def xla_flags(devices: int) -> str:
+def xla_flags(devices: int | None) -> str:
     """XLA_FLAGS for a process a test starts on CPU: the session's (tests/conftest.py, which
-    compiles the tiny models fast) with its own count of host devices."""
+    compiles the tiny models fast) with its own count of host devices (None: the count left to
+    the process, as pax.aot sets its own)."""
     flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", os.environ["XLA_FLAGS"])
-    return f"{flags.strip()} --xla_force_host_platform_device_count={devices}".strip()
+    count = "" if devices is None else f" --xla_force_host_platform_device_count={devices}"
+    return f"{flags.strip()}{count}".strip()
 
 
 class ShortRun:

@@ -14,7 +14,7 @@ from pax import aot, paths
 from pax.environments import venv
 from pax.experiments import registry
 from pax.releases import catalog
-from tests.helpers import readme_block
+from tests.helpers import readme_block, xla_flags
 
 ROOT = str(paths.ROOT)
 TINY = "tasks.lm.params.lm_cloud.LmCloudSpmdTiny"
@@ -28,9 +28,13 @@ needs_libtpu = pytest.mark.skipif(
 )
 
 
-def _aot(out, *args, python=sys.executable, expect_rc=0):
-    """`python -m pax.aot ARGS --json OUT` as a user runs it (it makes its own devices)."""
+def _aot(out, *args, python=sys.executable, expect_rc=0, fast_compile=False):
+    """`python -m pax.aot ARGS --json OUT` as a user runs it (it makes its own devices);
+    fast_compile: XLA:CPU with the session's flags, for a test that reads no figure of the plan
+    a user would get."""
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    if fast_compile:
+        env["XLA_FLAGS"] = xla_flags(None)
     result = subprocess.run(
         [str(python), "-m", "pax.aot", *args, "--json", str(out)],
         cwd=ROOT,
@@ -51,7 +55,7 @@ def _one(rows):
 
 def test_without_libtpu_xla_cpu_plans_the_tiny_experiment_as_an_upper_bound(tmp_path):
     # The slice in the short spelling: recorded under Cloud TPU's name.
-    rows, result = _aot(tmp_path / "aot.json", TINY, "--tpu", "v5e-1", "--cpu")
+    rows, result = _aot(tmp_path / "aot.json", TINY, "--tpu", "v5e-1", "--cpu", fast_compile=True)
     row = _one(rows)
     assert row["compiler"] == "XLA:CPU" and row["target"]["topology"] is None
     assert row["target"]["slice"] == "v5litepod-1" and row["target"]["hbm_bytes"] == 16 * 2**30
@@ -64,7 +68,7 @@ def test_without_libtpu_xla_cpu_plans_the_tiny_experiment_as_an_upper_bound(tmp_
 def test_the_cpu_env_falls_back_to_xla_cpu_and_says_so(tmp_path):
     if aot.libtpu_version():
         pytest.skip("libtpu is importable in this env: no fallback to see")
-    rows, result = _aot(tmp_path / "aot.json", TINY, "--tpu", "v4")
+    rows, result = _aot(tmp_path / "aot.json", TINY, "--tpu", "v4", fast_compile=True)
     assert _one(rows)["compiler"] == "XLA:CPU"
     assert "libtpu is not importable here" in result.stderr
 
@@ -302,7 +306,7 @@ def test_gpus_fill_nodes_of_eight():
 def test_without_the_cuda_plugin_xla_cpu_plans_a_gpu_target_and_says_so(tmp_path):
     if aot.cuda_plugin_version():
         pytest.skip("jax's CUDA plugin is importable in this env: no fallback to see")
-    rows, result = _aot(tmp_path / "aot.json", TINY, "--gpu", "h100")
+    rows, result = _aot(tmp_path / "aot.json", TINY, "--gpu", "h100", fast_compile=True)
     row = _one(rows)
     assert row["compiler"] == "XLA:CPU" and row["platform"] == "gpu"
     assert row["target"]["slice"] == "1×1 H100" and row["target"]["topology"] is None

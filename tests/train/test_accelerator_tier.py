@@ -2,7 +2,8 @@
 
 `python -m pytest -m accelerator -p no:xdist` on a TPU (or GPU) host runs these on the chip, the
 CPU beside it as the reference (conftest leaves JAX_PLATFORMS alone for this tier); in the fast
-tier they run on CPU alone, where the comparisons hold trivially and the paths still run.
+tier they run on CPU alone, where the comparisons hold trivially and the paths still run (the
+costly ones in the full tier).
 Device counts come from jax.devices(); tolerances from the platform's matmul precision: a TPU's
 default passes float32 operands through bfloat16, so comparisons with the CPU are either made
 under jax.default_matmul_precision("highest") or given bfloat16's tolerance.
@@ -25,6 +26,10 @@ from pax.train.instantiate import instantiate
 from tests.helpers import Tiny, derive, read_metrics
 
 pytestmark = pytest.mark.accelerator
+# On CPU alone the comparisons marked `slow` hold trivially, so they run there in the full tier
+# only; the fast tier checks each claim by a CPU test of its own: the kernels' math and
+# forward-mode autodiff in tests/models/test_transformer.py, resume in tests/train/test_train.py,
+# cached decoding in tests/decode/test_generate.py.
 
 DEVICE = jax.devices()[0]
 CPU = jax.devices("cpu")[0]
@@ -74,6 +79,7 @@ def _relative_errors(a, b) -> dict:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["highest", "default"])
 def test_the_default_kernels_give_the_cpus_loss_and_gradients(precision):
     """The device's default forms (plain jnp but for the capped softmax, and on a TPU the splash
@@ -95,6 +101,7 @@ def test_the_default_kernels_give_the_cpus_loss_and_gradients(precision):
     assert errors[worst] < 5 * rtol, (worst, errors[worst])
 
 
+@pytest.mark.slow
 def test_forward_mode_autodiff_of_the_loss_agrees_with_its_gradient():
     """jax.jvp needs the plain forms (CPU_KERNELS=off, ATTENTION_KERNEL=xla: custom VJPs and
     Pallas kernels have no forward mode); its directional derivative equals the default
@@ -123,6 +130,7 @@ def _train(experiment_cls, job_dir, device):
     return loop.train(instantiate(experiment_cls(), devices=[device]), str(job_dir), "tests.Tiny")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "first, then", [(DEVICE, CPU), (CPU, DEVICE)], ids=["device-then-cpu", "cpu-then-device"]
 )
@@ -156,6 +164,7 @@ def test_an_asynchronous_save_from_the_device_restores_bit_for_bit(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_cached_decoding_equals_recomputation_on_the_device():
     from tests.decode import test_generate as gen_tests
 
