@@ -7,6 +7,7 @@ run only with `--full` (`./noxw -s test -- --full`), as CI does.
 
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,6 +38,9 @@ if not _accelerator_tier(sys.argv):
     # The tests' models are tiny: LLVM's optimizations of XLA:CPU's code take longer to compile
     # (a third of a short run) than they save; the results differ by float32 rounding at most.
     os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
+    # Each xdist worker has a core: Eigen's threads splitting a tiny matmul between two busy
+    # cores cost more in handoffs than they gain.
+    os.environ["XLA_FLAGS"] += " --xla_cpu_multi_thread_eigen=false"
 
 
 def _compilation_cache() -> Path | None:
@@ -86,11 +90,18 @@ def pytest_runtest_logreport(report):
 def _machine() -> str:
     """The cores and the f32 matmul rate the tier ran on: its wall time means little without
     them (README gives the tier's time against the same figure)."""
-    from pax.train import mfu
-
     cores = len(os.sched_getaffinity(0))
-    rate = mfu.measure_matmul_peak("float32") / 1e9
-    return f"{cores} cores, 2048x2048 f32 matmul at {rate:.0f} GFLOP/s"
+    # In a process of its own: with every core and XLA's own flags, as the benchmarks measure it.
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu"}
+    code = "from pax.train import mfu; print(mfu.measure_matmul_peak('float32') / 1e9)"
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+        )
+        rate = f"{float(out.stdout):.0f} GFLOP/s"
+    except (subprocess.SubprocessError, ValueError):
+        rate = "(not measured)"
+    return f"{cores} cores, 2048x2048 f32 matmul at {rate}"
 
 
 def pytest_terminal_summary(terminalreporter, config):
