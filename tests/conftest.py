@@ -38,9 +38,6 @@ if not _accelerator_tier(sys.argv):
     # The tests' models are tiny: LLVM's optimizations of XLA:CPU's code take longer to compile
     # (a third of a short run) than they save; the results differ by float32 rounding at most.
     os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
-    # Each xdist worker has a core: Eigen's threads splitting a tiny matmul between two busy
-    # cores cost more in handoffs than they gain.
-    os.environ["XLA_FLAGS"] += " --xla_cpu_multi_thread_eigen=false"
 
 
 def _compilation_cache() -> Path | None:

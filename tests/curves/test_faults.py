@@ -21,7 +21,7 @@ ROOT = str(paths.ROOT)
 
 def _params(cfg):
     tokens = jnp.zeros((1, cfg.seq_len), jnp.int32)
-    return transformer.TransformerLm(cfg).init(jax.random.key(0), tokens)["params"]
+    return jax.jit(transformer.TransformerLm(cfg).init)(jax.random.key(0), tokens)["params"]
 
 
 def test_no_final_norm_drops_that_norm_only(monkeypatch):

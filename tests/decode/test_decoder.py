@@ -24,7 +24,7 @@ def test_unstaged_parameters_compute_what_the_pipeline_computes(repeated):
     piped_cfg = derive(Piped, USE_REPEATED_LAYER=repeated)().task()
     piped = TransformerLm(piped_cfg.model, num_stages=2, num_microbatches=4)
     tokens = jax.random.randint(jax.random.key(1), (4, 32), 0, 256)
-    variables = {"params": nn.unbox(piped.init(jax.random.key(0), tokens))["params"]}
+    variables = {"params": nn.unbox(jax.jit(piped.init)(jax.random.key(0), tokens))["params"]}
     flat = gen.unstage(variables, 2, piped_cfg.model.num_layers)
     assert "pipeline" not in flat["params"]
     expected = jax.jit(piped.apply)(variables, tokens)

@@ -222,7 +222,7 @@ def test_stacked_layers_get_the_updates_of_the_same_layers_unstacked(optimizer, 
     run = _per_layer_run(optimizer, False, **extra)
     model, unrolled_tx = TransformerLm(run.task.model), run.tx
     tokens = jax.random.randint(jax.random.key(1), (4, 33), 0, 256)
-    unrolled = nn.unbox(model.init(jax.random.key(0), tokens[:, :-1]))["params"]
+    unrolled = nn.unbox(jax.jit(model.init)(jax.random.key(0), tokens[:, :-1]))["params"]
     stacked = _stack(unrolled, layers)
 
     @jax.jit
@@ -265,7 +265,7 @@ def test_logged_learning_rate_is_the_one_the_optimizer_applies_after_a_skipped_s
     run = instantiate(exp(), with_data=False)
     model = TransformerLm(run.task.model)
     tokens = jax.random.randint(jax.random.key(1), (2, 17), 0, 256)
-    params = nn.unbox(model.init(jax.random.key(0), tokens[:, :-1]))["params"]
+    params = nn.unbox(jax.jit(model.init)(jax.random.key(0), tokens[:, :-1]))["params"]
     state = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": run.tx.init(params)}
     step = jax.jit(make_train_step(model, run.tx, run.lr_schedule))
     batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:], "weights": jnp.ones((2, 16))}

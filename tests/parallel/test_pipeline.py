@@ -64,7 +64,7 @@ def flat():
     tokens = jax.random.randint(jax.random.key(1), (16, cfg.seq_len), 0, cfg.vocab_size)
     targets = jax.random.randint(jax.random.key(2), tokens.shape, 0, cfg.vocab_size)
     model = TransformerLm(cfg)
-    params = nn.unbox(model.init(jax.random.key(0), tokens)["params"])
+    params = nn.unbox(jax.jit(model.init)(jax.random.key(0), tokens)["params"])
     loss_and_grads = _loss_and_grads(model, params, tokens, targets)
     return cfg, tokens, targets, params, loss_and_grads
 
