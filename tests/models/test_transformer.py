@@ -106,8 +106,14 @@ def test_remat_and_scan_unroll_change_speed_and_memory_not_math(change):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+# The plain layers in the slow tier: the fast tier casts the same weights with biases, a gated
+# FFN and grouped heads besides.
 @pytest.mark.parametrize(
-    "attrs", [{}, {"USE_BIAS": True, "ACTIVATION": "swiglu", "NUM_KV_HEADS": 2}]
+    "attrs",
+    [
+        pytest.param({}, marks=pytest.mark.slow),
+        {"USE_BIAS": True, "ACTIVATION": "swiglu", "NUM_KV_HEADS": 2},
+    ],
 )
 def test_bf16_layers_cast_their_weights_before_the_scan_and_leave_the_math_alone(
     attrs, monkeypatch
