@@ -262,3 +262,21 @@ def tiny_run_dir(tmp_path_factory):
     job = tmp_path_factory.mktemp("decode")
     assert _run_until(job, 2)[0] == 0
     return job
+
+
+def test_a_second_signal_after_the_first_does_not_cut_the_exit_short():
+    # Through ./noxw a terminal's ^C arrives twice: the group's, then the wrapper's forward.
+    code = (
+        "import os, signal, sys, time\n"
+        "from pax.train import preemption\n"
+        "try:\n"
+        "    with preemption.interrupting():\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        time.sleep(5)\n"
+        "except preemption.Interrupted:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(0.2)\n"
+        "    sys.exit(preemption.EXIT_PREEMPTED)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == preemption.EXIT_PREEMPTED
