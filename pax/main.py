@@ -183,7 +183,7 @@ def _main_with_usage_errors(argv):
         with contextlib.nullcontext() if saving else preemption.interrupting():
             return main(argv)
     except preemption.Preempted as e:
-        preemption.ignore_signals()  # the exit is under way: see preemption._restore
+        preemption.ignore_signals()  # the exit is under way
         logging.warning("preempted: %s", e)
         sys.exit(preemption.EXIT_PREEMPTED)
     except preemption.Interrupted as e:

@@ -66,20 +66,18 @@ def interrupting():
     try:
         yield
     finally:
-        _restore(previous, stopping=bool(received))
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if received:
+            ignore_signals()
 
 
 def ignore_signals() -> None:
-    """SIGTERM and SIGINT ignored from here on: for a process on its way out after a stop."""
-    _restore({signal.SIGTERM: None, signal.SIGINT: None}, stopping=True)
-
-
-def _restore(previous: dict, stopping: bool) -> None:
-    """The handlers from before; a process stopping on a signal ignores later ones instead: a
+    """SIGTERM and SIGINT ignored from here on, for a process on its way out after a stop: a
     terminal's ^C reaches it twice through ./noxw (the group's, then the wrapper's forward), and
-    the second must not cut the exit short (pax.main's exit after a save ignores them too)."""
-    for sig, handler in previous.items():
-        signal.signal(sig, signal.SIG_IGN if stopping else handler)
+    the second must not cut the exit short."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 class SignalCatcher:
@@ -112,7 +110,8 @@ class SignalCatcher:
         return self
 
     def __exit__(self, *exc):
-        _restore(self._previous, stopping=False)  # a library caller keeps its own handlers
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
     def stop_at(self, iteration: int) -> bool:
         """Whether to save and stop after this process's `iteration`-th step.
