@@ -24,7 +24,9 @@ def test_the_uv_requirement_is_the_locks_own_pin_with_every_hash():
     pins = lockfile.parse_lockfile_text(entry)
     assert list(pins) == ["uv"]
     assert pins["uv"] == lockfile.parse_lockfile_text(text)["uv"]
-    assert pins["uv"].hashes and not any(line.lstrip().startswith("#") for line in entry.splitlines())
+    assert pins["uv"].hashes and not any(
+        line.lstrip().startswith("#") for line in entry.splitlines()
+    )
 
 
 def test_a_lock_without_uv_is_refused():
