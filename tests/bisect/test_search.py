@@ -8,7 +8,6 @@ seeds of pax.bisect.simulate's flaky COMMAND.
 import math
 
 import pytest
-from scipy.stats import binom
 
 from pax.bisect import rule as rules
 from pax.bisect import search, simulate
@@ -72,6 +71,8 @@ def test_rule_stops_once_the_verdict_is_certain(runs, passes, votes, verdict, us
 @pytest.mark.parametrize("runs, passes", [(1, 1), (5, 1), (5, 3), (9, 5), (4, 4)])
 @pytest.mark.parametrize("p", [0.05, 0.3, 0.5])
 def test_rule_error_rates_are_binomial_tails(runs, passes, p):
+    from scipy.stats import binom  # here, not at collection: scipy.stats takes 1.6 s to import
+
     rule = Rule(runs, passes)
     # a good env is called bad when fewer than `passes` runs pass, each passing with 1 - p
     assert rule.good_called_bad(p) == pytest.approx(binom.cdf(passes - 1, runs, 1 - p))
