@@ -258,9 +258,8 @@ def test_the_baseline_caps_logits_as_the_experiment_does():
     assert bench.baseline_shape(dataclasses.replace(cfg, atten_logit_cap=-1.0)).attention_cap == 0
     small = baseline.Shape(vocab=64, layers=1, dims=32, hidden=64, heads=2, seq=16, output_cap=0.2)
     model = baseline.Lm(small)
-    tokens = jnp.arange(32).reshape(2, 16)
-
     uncapped_model = baseline.Lm(dataclasses.replace(small, output_cap=0.0))
+    tokens = jnp.arange(32).reshape(2, 16)
 
     @jax.jit  # one program, not one per op
     def both(tokens):
