@@ -46,7 +46,8 @@ def _snapshot(job_dir):
 
 
 def _main(pax_main, job_dir, *sets, flags=(), env=None):
-    args = ["NUM_LAYERS=2", "MODEL_DIMS=64", "HIDDEN_DIMS=128", "SEQ_LEN=32", "NUM_TRAIN_STEPS=4"]
+    # One layer: each run is a process of its own that compiles its steps.
+    args = ["NUM_LAYERS=1", "MODEL_DIMS=64", "HIDDEN_DIMS=128", "SEQ_LEN=32", "NUM_TRAIN_STEPS=4"]
     return pax_main.run(
         "--exp=LmCloudSpmdTiny",
         f"--job_log_dir={job_dir}",
@@ -59,11 +60,11 @@ def _main(pax_main, job_dir, *sets, flags=(), env=None):
 
 
 def test_another_configuration_exits_2_naming_the_field_and_changes_nothing(pax_main, tmp_path):
-    # A changed config on an old job directory: checkpoints 2 and 4, then the same job directory with NUM_LAYERS=3.
+    # A changed config on an old job directory: checkpoints 2 and 4, then the same job directory with NUM_LAYERS=2.
     first = _main(pax_main, tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     before = _snapshot(tmp_path)
-    result = _main(pax_main, tmp_path, "NUM_LAYERS=3")
+    result = _main(pax_main, tmp_path, "NUM_LAYERS=2")
     assert result.returncode == 2, result.stderr[-3000:]
     # The error is one line, the last (the environment line before it is the run's first log).
     lines = result.stderr.strip().splitlines()
@@ -72,8 +73,8 @@ def test_another_configuration_exits_2_naming_the_field_and_changes_nothing(pax_
         == lines[-1:]
         == [
             f"pax: error: {tmp_path} holds a run of another configuration: task.model.num_layers is "
-            "2 in its config.json, 3 in this run; nothing was changed. Use a new --job_log_dir for "
-            "this configuration, or resume that run with --set NUM_LAYERS=2"
+            "1 in its config.json, 2 in this run; nothing was changed. Use a new --job_log_dir for "
+            "this configuration, or resume that run with --set NUM_LAYERS=1"
         ]
     )
     assert _snapshot(tmp_path) == before

@@ -19,8 +19,9 @@ from pax.train.instantiate import instantiate
 from tests.helpers import Tiny, derive, read_metrics, truncate_files, xla_flags
 
 ROOT = str(paths.ROOT)
+# One layer: these runs are about signals and resuming, and each process compiles its steps.
 SMALL = [
-    "NUM_LAYERS=2",
+    "NUM_LAYERS=1",
     "MODEL_DIMS=64",
     "HIDDEN_DIMS=128",
     "SEQ_LEN=32",
@@ -182,11 +183,10 @@ def small_disk(tmp_path):
 
 
 def test_disk_full_while_saving_stops_the_run_and_keeps_the_previous_checkpoint(small_disk):
-    one = jax.devices()[:1]
     job = small_disk / "job"
+    run = instantiate(Tiny(), devices=jax.devices()[:1])
     with pytest.raises(CheckpointError, match=r"checkpoint_00000003 is intact.*free space"):
-        loop.train(instantiate(Tiny(), devices=one), str(job), "tests.Tiny")
-    run = instantiate(Tiny(), devices=one)
+        loop.train(run, str(job), "tests.Tiny")
     abstract, _ = state_lib.shardings(run.model, run.tx, run.mesh)
     step, state = Checkpointer(str(job), max_to_keep=3, saving=False).restore_latest(abstract)
     assert step == 3 and int(state["step"]) == 3
