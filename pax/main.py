@@ -18,7 +18,7 @@ from pax.decode import options as decode_options
 from pax.errors import PaxError, UsageError, report
 from pax.experiments import base, describe, overrides, registry
 from pax.parallel import accelerator, distributed
-from pax.train import compile_cache, job_dir, loop, preemption
+from pax.train import compile_cache, job_dir, loop, mfu, preemption
 from pax.train.instantiate import instantiate
 
 _PAX_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -109,6 +109,7 @@ def main(argv):
         raise UsageError("--job_log_dir is required, e.g. --job_log_dir=runs/tiny")
     # train and eval write into it; decoding only reads it
     job_dir.check(_JOB_LOG_DIR.value, writes=_MODE.value in ("train", "eval"))
+    mfu.given_peaks(os.environ.get(mfu.GIVEN_PEAK, ""))  # mistyped: refused before any write
     # Flags that are hyper-parameters, applied like --set so config.json records them.
     flag_sets = [f"DATA_DIR={_DATA_DIR.value!r}"] if _DATA_DIR.value else []
     if _PMAP_USE_TENSORSTORE.value is not None:

@@ -13,11 +13,14 @@ counted, as is usual for MFU. MFU = FLOPs per step / step time / peak FLOP/s of 
 """
 
 import functools
+import math
+import os
 import time
 
 import jax
 import jax.numpy as jnp
 
+from pax.errors import UsageError
 from pax.experiments.config import ModelConfig
 from pax.models.feed_forward import GATED
 
@@ -81,16 +84,40 @@ def measure_matmul_peak(dtype="float32", n: int = 2048, repeats: int = 5) -> flo
 # measurement costs seconds (the benchmarks measure afresh each round instead).
 _host_matmul_peak = functools.cache(measure_matmul_peak)
 
+# The host's peak given rather than measured, per dtype ("float32=1.9e11 bfloat16=6e10"): a run
+# starts two seconds sooner, and runs on one machine share one MFU denominator.
+GIVEN_PEAK = "PAX_CPU_PEAK_FLOPS"
+
+
+def given_peaks(text: str) -> dict[str, float]:
+    """GIVEN_PEAK's value as {dtype: FLOP/s}; UsageError naming what is wrong."""
+    peaks = {}
+    for item in text.split():
+        dtype, _, figure = item.partition("=")
+        try:
+            peaks[dtype] = float(figure)
+        except ValueError:
+            peaks[dtype] = math.nan
+        if dtype not in ("float32", "bfloat16") or not 0 < peaks[dtype] < math.inf:
+            raise UsageError(
+                f"{GIVEN_PEAK}={text!r}: {item!r} is not DTYPE=FLOP/s with DTYPE float32 or "
+                f"bfloat16 and a positive figure; e.g. {GIVEN_PEAK}='float32=1.9e11', or unset it"
+            )
+    return peaks
+
 
 def peak_flops(devices, dtype: str) -> dict:
     """Peak FLOP/s of the whole set of devices, and where the figure came from.
 
     On CPU all (virtual) devices share the host's cores, so the peak is measured once for the
-    host, not multiplied by the device count.
+    host, not multiplied by the device count, unless GIVEN_PEAK gives it for the dtype.
     """
     kind = devices[0].device_kind
     per_device = table_peak(kind)
     if devices[0].platform == "cpu" or per_device is None:
+        given = given_peaks(os.environ.get(GIVEN_PEAK, "")).get(dtype)
+        if given and devices[0].platform == "cpu":
+            return {"flops": given, "source": f"given: {GIVEN_PEAK}", "device_kind": kind}
         return {
             "flops": _host_matmul_peak(dtype),
             "source": f"measured: best of 5 2048x2048 {dtype} matmuls on {kind}",
