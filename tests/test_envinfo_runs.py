@@ -48,9 +48,15 @@ SHORT_RUN = [
 
 
 def _clean_env() -> dict:
-    """The caller's environment without PAX_* or PYTHONPATH: a run started by hand."""
+    """The caller's environment without PAX_* or PYTHONPATH: a run started by hand (the
+    session's measured CPU peak kept: it says nothing of the environment, and saves measuring)."""
     drop = ("PYTHONPATH", "VIRTUAL_ENV")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PAX_") and k not in drop}
+    kept = ("PAX_CPU_PEAK_FLOPS",)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if (not k.startswith("PAX_") or k in kept) and k not in drop
+    }
     return env | {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(1)}
 
 
