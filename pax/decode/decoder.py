@@ -136,10 +136,15 @@ class Decoder:
         # The state is read straight into its shardings over the whole mesh (a pmap run's
         # checkpoint holds one replica: it is read the same way), then the decoding model's
         # variables placed by the same rules (a pipeline's stages become one stack).
-        self.abstract, _ = state_lib.shardings(run.model, run.tx, run.mesh)
         self._placement = placement.for_run(run)
-        _, flat = state_lib.shardings(decode_model(cfg, run.mesh), run.tx, run.mesh)
-        flat = state_lib.model_variables(flat)
+        # An SPMD run's placement holds the state over the whole mesh already; a pmap run's
+        # holds one replica's.
+        self.abstract = (
+            state_lib.shardings(run.model, run.tx, run.mesh)[0]
+            if run.strategy == placement.PMAP
+            else self._placement.abstract
+        )
+        flat = state_lib.variable_shardings(decode_model(cfg, run.mesh), run.mesh)
         stages = run.task.mesh.num_stages
         self._layout = (
             jax.jit(lambda v: unstage(v, stages, cfg.num_layers), out_shardings=flat)
@@ -149,8 +154,7 @@ class Decoder:
         # Repeated layers are decoded from one array per layer, laid out once per checkpoint,
         # so that no generator call slices a copy of every layer's weights out of the stack.
         unrolled_cfg = dataclasses.replace(cfg, use_repeated_layer=False)
-        _, unrolled = state_lib.shardings(decode_model(unrolled_cfg, run.mesh), run.tx, run.mesh)
-        unrolled = state_lib.model_variables(unrolled)
+        unrolled = state_lib.variable_shardings(decode_model(unrolled_cfg, run.mesh), run.mesh)
         self._unroll = (
             jax.jit(lambda v: unscan(v, cfg.num_layers), out_shardings=unrolled)
             if cfg.use_repeated_layer

@@ -37,9 +37,13 @@ def _init_fn(model, tx):
 STACKED_AXES = ("stage", "layers")
 
 
+def _abstract_variables(model):
+    """The model's variables, every collection, as abstract arrays in their logical-axis boxes."""
+    return jax.eval_shape(lambda: model.init(jax.random.key(0), _example_inputs(model)))
+
+
 def _param_names(model):
-    boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), _example_inputs(model)))["params"]
-    return nn.get_partition_spec(boxed)
+    return nn.get_partition_spec(_abstract_variables(model)["params"])
 
 
 def _is_spec(x) -> bool:
@@ -54,13 +58,27 @@ def param_shardings(model, mesh):
     """Each parameter's NamedSharding from its logical axis names; a UsageError naming the
     parameter, dimension and mesh axis where the mesh does not divide one
     (pax.parallel.sharding.param_spec)."""
-    boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), _example_inputs(model)))["params"]
+    return _param_shardings(_abstract_variables(model)["params"], mesh)
+
+
+def _param_shardings(boxed, mesh):
     return jax.tree_util.tree_map_with_path(
         lambda path, spec, p: sharding.param_sharding(_path(path), tuple(spec), p.shape, mesh),
         nn.get_partition_spec(boxed),
         nn.unbox(boxed),
         is_leaf=_is_spec,
     )
+
+
+def variable_shardings(model, mesh) -> dict:
+    """model_variables of `shardings`' state shardings (parameters by their logical axis
+    names, FP8 state replicated) from one abstract init of the model, without tracing an
+    optimizer's: where a decoder places the variables it reads."""
+    boxed = _abstract_variables(model)
+    out = {"params": _param_shardings(boxed["params"], mesh)}
+    if fp8.OWG in boxed:
+        out[fp8.OWG] = jax.tree.map(lambda _: sharding.replicated(mesh), nn.unbox(boxed[fp8.OWG]))
+    return out
 
 
 def sharding_lines(abstract_state, min_bytes: int = 1 << 20) -> list:

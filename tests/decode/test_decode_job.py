@@ -71,10 +71,12 @@ def test_decode_once_takes_the_run_from_its_job_dir(pax_main, job):
     assert len(said) == 1 and "--set NUM_LAYERS=2" in said[0], first.stderr[-3000:]
     out = job / "decoder_out" / "prompts" / "decoder_out_6_shard_0.jsonl"
     assert out.is_file() and "replacing" not in first.stdout
-    again = pax_main.run(f"--job_log_dir={job}", "--mode=decode_once", "--prompt=Tuples")
+    # As long as the first prompt: the same length to generate, so the same program (loaded
+    # from the compilation cache).
+    again = pax_main.run(f"--job_log_dir={job}", "--mode=decode_once", "--prompt=Tuples.")
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"-> {out} (replacing an earlier decode of this step)" in again.stdout
-    assert [json.loads(x)["prompt"] for x in out.read_text().splitlines()] == ["Tuples"]
+    assert [json.loads(x)["prompt"] for x in out.read_text().splitlines()] == ["Tuples."]
 
 
 def test_a_contradicting_set_is_one_line_and_exit_2(pax_main, job):

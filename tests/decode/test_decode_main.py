@@ -29,6 +29,9 @@ TINY = [
     "--set=WEIGHT_INIT=xavier",
     "--set=WEIGHT_INIT_SCALE=1.000001",
 ]
+# What the decoding runs decode: one shape bucket and length, so one generator program, which
+# the runs after the first load from the compilation cache.
+PROMPTS = ["--prompt=The list", "--prompt=Dictionaries are mutable", "--max_new_tokens=5"]
 SHORT_RUN = [
     "--set=PERCORE_BATCH_SIZE=8",
     "--set=SUMMARY_EVERY_N_STEPS=3",
@@ -78,9 +81,7 @@ def test_decode_once_prints_and_writes_continuations(pax_main, job):
         *TINY,
         f"--job_log_dir={job}",
         "--mode=decode_once",
-        "--prompt=The list",
-        "--prompt=Dictionaries are mutable",
-        "--max_new_tokens=5",
+        *PROMPTS,
     )
     assert result.returncode == 0, result.stderr
     out = job / "decoder_out" / "prompts" / "decoder_out_6_shard_0.jsonl"
@@ -146,8 +147,8 @@ def test_decode_follows_checkpoints_as_training_writes_them(pax_main, tmp_path):
 
 
 def test_decode_skips_what_it_decoded_before_and_stops_at_the_last_step(pax_main, job):
-    args = [*TINY, *SHORT_RUN, f"--job_log_dir={job}", "--mode=decode", "--prompt=x"]
-    args += ["--max_new_tokens=2", "--decode_poll_s=0.1"]
+    args = [*TINY, *SHORT_RUN, f"--job_log_dir={job}", "--mode=decode", *PROMPTS]
+    args += ["--decode_poll_s=0.1"]
     assert pax_main.run(*args).returncode == 0
     out = job / "decoder_out" / "prompts" / "decoder_out_6_shard_0.jsonl"
     written = out.stat().st_mtime_ns

@@ -24,11 +24,15 @@ SAMPLE = Sampling("sample", temperature=1.3, top_k=40, top_p=0.95)
 LENGTHS = (5, 11, 16, 1)
 
 
-def _model(attrs=None):
-    cfg = derive(Tiny, **(attrs or {}))().task().model
+@functools.cache
+def _model(**attrs):
+    # One model and parameters per configuration for the whole module: tests only read them.
+    cfg = derive(Tiny, **attrs)().task().model
     model = TransformerLm(cfg)
-    tokens = jnp.zeros((1, cfg.seq_len), jnp.int32)
-    return model, {"params": nn.unbox(jax.jit(model.init)(jax.random.key(0), tokens)["params"])}
+    tokens = np.zeros((1, cfg.seq_len), np.int32)
+    # The key made inside the jit too: no op runs eagerly.
+    variables = jax.jit(lambda t: model.init(jax.random.key(0), t))(tokens)
+    return model, {"params": nn.unbox(variables["params"])}
 
 
 def _prompts(lengths=LENGTHS, seed=3):
@@ -51,12 +55,22 @@ def _generate(model, variables, batch, max_new, sampling=GREEDY, eos_id=-1, seed
     return jax.device_get(out)
 
 
+@functools.cache
+def _apply(cfg):
+    return jax.jit(TransformerLm(cfg).apply)
+
+
 def _full_logits(model, variables, ids, positions=None, segment_ids=None):
-    """The model on the whole sequence in one pass: no cache, no padding."""
-    ids = jnp.asarray(ids)[None]
-    pos = None if positions is None else jnp.asarray(positions)[None]
-    seg = None if segment_ids is None else jnp.asarray(segment_ids)[None]
-    return np.asarray(jax.jit(model.apply)(variables, ids, pos, seg))[0]
+    """The model on the whole sequence in one pass: no cache, no padding before it. Zeros
+    after it fill SEQ_LEN, so every sequence is one compiled shape: causal attention never
+    lets a position see the ones after it."""
+    n, seq_len = len(ids), model.cfg.seq_len
+
+    def pad(a):
+        return None if a is None else np.pad(np.asarray(a, np.int32), (0, seq_len - n))[None]
+
+    out = _apply(model.cfg)(variables, pad(ids), pad(positions), pad(segment_ids))
+    return np.asarray(out)[0, :n]
 
 
 @pytest.mark.parametrize(
@@ -73,7 +87,7 @@ def _full_logits(model, variables, ids, positions=None, segment_ids=None):
     ],
 )
 def test_cached_logits_are_those_of_the_full_sequence(attrs, sampling):
-    model, variables = _model(attrs)
+    model, variables = _model(**attrs)
     prompts = _prompts()
     (_, batch) = next(prompts_lib.batches(prompts, 8, 1, model.cfg.seq_len))
     out = _generate(model, variables, batch, max_new=8, sampling=sampling)
@@ -98,7 +112,7 @@ def test_cached_logits_are_those_of_the_full_sequence(attrs, sampling):
 def test_packed_prompt_continues_its_last_document(attrs):
     """A prefill of two packed documents (segment ids 1, 2; positions restart): generation
     continues document 2 exactly as the full packed row computes it, and as document 2 alone."""
-    model, variables = _model(attrs)
+    model, variables = _model(**attrs)
     rng = np.random.default_rng(0)
     doc1, doc2 = rng.integers(1, 256, 7), rng.integers(1, 256, 9)
     ids = np.concatenate([doc1, doc2]).astype(np.int32)
@@ -121,11 +135,14 @@ def test_packed_prompt_continues_its_last_document(attrs):
 
 def test_only_a_mutable_cache_collection_makes_a_cache():
     model, variables = _model()
-    tokens = jax.random.randint(jax.random.key(1), (2, 32), 0, 256)
+    tokens = np.random.default_rng(1).integers(0, 256, (2, 32), np.int32)
     # init makes every collection mutable, and still creates no cache.
     assert set(jax.eval_shape(model.init, jax.random.key(0), tokens)) == {"params"}
-    plain = model.apply(variables, tokens)
-    cached, state = model.apply(variables, tokens, mutable=[kv_cache.COLLECTION])
+
+    def both(v, t):  # one program, not one per op
+        return model.apply(v, t), model.apply(v, t, mutable=[kv_cache.COLLECTION])
+
+    plain, (cached, state) = jax.jit(both)(variables, tokens)
     # A cache created by this call holds just its tokens: attention is the plain one.
     # (layers, batch, kv heads, length, dims)
     assert state[kv_cache.COLLECTION]["layers"]["attention"]["key"].shape == (2, 2, 4, 32, 16)
@@ -191,7 +208,8 @@ def test_sharded_decoding_matches_one_device_and_splits_the_cache():
         variables["params"],
         is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec),
     )
-    placed = {"params": jax.device_put(variables["params"], shardings)}
+    # From the host: a device array's resharding compiles a program per leaf shape.
+    placed = {"params": jax.device_put(jax.device_get(variables["params"]), shardings)}
     generator = gen.Generator(cfg, mesh, {"params": shardings}, 8, GREEDY, with_logits=True)
     out = generator(placed, batch, seed=0)
     np.testing.assert_array_equal(out.tokens, expected["tokens"])
@@ -204,7 +222,7 @@ def test_sharded_decoding_matches_one_device_and_splits_the_cache():
         cache = kv_cache.init(sharded_model, v, tokens.shape[0], 24)
         return sharded_model.apply({**v, "cache": cache}, tokens, mutable=["cache"])[1]
 
-    cache = jax.jit(prefill)(placed, jnp.asarray(batch.tokens))["cache"]
+    cache = jax.jit(prefill)(placed, batch.tokens)["cache"]
     key = cache["layers"]["attention"]["key"]  # (layers, batch, kv heads, length, dims)
     assert key.shape == (2, 4, 4, 24, 16)
     spec = key.sharding.spec
@@ -238,8 +256,10 @@ def test_unscan_lays_out_the_stacked_layers_as_an_unrolled_model_has_them():
     has the scanned model's parameter tree, layer by layer, and computes the same logits."""
     model, variables = _model()
     unrolled_model = TransformerLm(dataclasses.replace(model.cfg, use_repeated_layer=False))
-    tokens = jax.random.randint(jax.random.key(2), (2, 32), 0, 256)
+    tokens = np.random.default_rng(2).integers(0, 256, (2, 32), np.int32)
     unrolled_shapes = jax.eval_shape(unrolled_model.init, jax.random.key(0), tokens)["params"]
+    # On host arrays: slicing the stack is numpy's, not one compiled program per leaf.
+    variables = jax.device_get(variables)
     stacked = variables["params"]["layers"]
     unrolled = gen.unscan({**variables, "other": {"layers": stacked, "x": 1}}, 2)
     assert jax.tree.structure(unrolled["params"]) == jax.tree.structure(nn.unbox(unrolled_shapes))
@@ -248,8 +268,8 @@ def test_unscan_lays_out_the_stacked_layers_as_an_unrolled_model_has_them():
             unrolled["params"][f"layer_{i}"]["ffn"]["wi"], stacked["ffn"]["wi"][i]
         )
     assert set(unrolled["other"]) == {"layer_0", "layer_1", "x"}  # every collection, the rest kept
-    np.testing.assert_allclose(
-        unrolled_model.apply({"params": unrolled["params"]}, tokens),
-        model.apply(variables, tokens),
-        atol=1e-5,
-    )
+
+    def both(unrolled_params, v):
+        return unrolled_model.apply({"params": unrolled_params}, tokens), model.apply(v, tokens)
+
+    np.testing.assert_allclose(*jax.jit(both)(unrolled["params"], variables), atol=1e-5)

@@ -8,6 +8,11 @@ import pytest
 from pax.decode.sampling import Sampling, pick, top_k_mask, top_p_mask
 from pax.errors import UsageError
 
+# Each one program per shape (and k, sampling), not one per op of its eager run.
+_top_p = jax.jit(top_p_mask)
+_top_k = jax.jit(top_k_mask, static_argnums=1)
+_pick = jax.jit(pick, static_argnums=2)
+
 
 def _praxis_top_p(logits: np.ndarray, p: float) -> np.ndarray:
     """praxis.token_samplers.top_p_mask_logits, restated in numpy from its source: sort
@@ -24,7 +29,7 @@ def _praxis_top_p(logits: np.ndarray, p: float) -> np.ndarray:
 @pytest.mark.parametrize("p", [0.05, 0.3, 0.5, 0.9, 0.99])
 def test_top_p_keeps_what_praxis_keeps(p):
     logits = np.asarray(jax.random.normal(jax.random.key(0), (64, 50)) * 3.0)
-    kept = np.asarray(top_p_mask(jnp.asarray(logits), p)) > -1e29
+    kept = np.asarray(_top_p(logits, p)) > -1e29
     np.testing.assert_array_equal(kept, _praxis_top_p(logits, p))
 
 
@@ -32,7 +37,7 @@ def test_top_p_on_a_hand_made_distribution():
     logits = jnp.log(jnp.array([[0.5, 0.3, 0.15, 0.05]]))
 
     def kept(p):
-        return np.flatnonzero(np.asarray(top_p_mask(logits, p))[0] > -1e29).tolist()
+        return np.flatnonzero(np.asarray(_top_p(logits, p))[0] > -1e29).tolist()
 
     assert kept(0.3) == [0]  # the most likely token alone has 0.5 >= 0.3
     assert kept(0.79) == [0, 1]
@@ -42,19 +47,14 @@ def test_top_p_on_a_hand_made_distribution():
 
 def test_top_k_keeps_the_k_largest():
     logits = jnp.array([[0.1, 3.0, -1.0, 2.0, 0.5]])
-    kept = np.asarray(top_k_mask(logits, 2))[0] > -1e29
+    kept = np.asarray(_top_k(logits, 2))[0] > -1e29
     assert np.flatnonzero(kept).tolist() == [1, 3]
 
 
 def _draws(logits, sampling, n=20000):
     keys = jax.random.split(jax.random.key(42), n)
     rows = jnp.broadcast_to(jnp.asarray(logits, jnp.float32), (n, len(logits)))
-    return (
-        np.bincount(
-            np.asarray(jax.jit(pick, static_argnums=2)(rows, keys, sampling)), minlength=len(logits)
-        )
-        / n
-    )
+    return np.bincount(np.asarray(_pick(rows, keys, sampling)), minlength=len(logits)) / n
 
 
 def test_temperature_sampling_follows_the_tempered_softmax():
@@ -78,8 +78,8 @@ def test_top_k_then_top_p_then_temperature_as_pax_orders_them():
 def test_greedy_is_argmax_and_ids_past_the_tokenizer_are_never_picked():
     logits = jnp.array([[0.0, 1.0, 5.0, 9.0], [3.0, 1.0, 0.0, 2.0]])
     keys = jax.random.split(jax.random.key(0), 2)
-    assert pick(logits, keys, Sampling()).tolist() == [3, 0]
-    assert pick(logits, keys, Sampling(vocab=3)).tolist() == [2, 0]
+    assert _pick(logits, keys, Sampling()).tolist() == [3, 0]
+    assert _pick(logits, keys, Sampling(vocab=3)).tolist() == [2, 0]
     sampled = _draws(np.array([0.0, 0.0, 0.0, 9.0]), Sampling("sample", vocab=3), n=2000)
     assert sampled[3] == 0
 
