@@ -43,19 +43,23 @@ def _targets(tokens):
 _lm_loss = jax.jit(lm_loss)
 
 
-@functools.cache
-def _tiny_grads():
-    """Tiny's loss gradients, which each remat / unroll variant is compared with."""
-    model, params, tokens = _model_and_params(Tiny)
-    return _grads(model, params, tokens)
+# Packed rows of Tiny's length: three documents each, so the segment mask is in play.
+_SEGMENTS = np.broadcast_to(np.repeat(np.arange(1, 4), [10, 12, 10]), (2, 32))
 
 
-def _grads(model, params, tokens):
+def _loss_and_grads(model, params, tokens):
     def loss(p):
-        logits = model.apply({"params": p}, tokens)
+        logits = model.apply({"params": p}, tokens, segment_ids=_SEGMENTS)
         return lm_loss(logits, _targets(tokens), jnp.ones(tokens.shape))[0]
 
-    return jax.jit(jax.grad(loss))(params)
+    return jax.jit(jax.value_and_grad(loss))(params)
+
+
+@functools.cache
+def _tiny_loss_and_grads():
+    """Tiny's loss and gradients on packed rows, which the remat / unroll variants and the
+    query-chunked attention are compared with."""
+    return _loss_and_grads(*_model_and_params(Tiny))
 
 
 def test_shapes_and_initial_loss_near_uniform():
@@ -124,8 +128,8 @@ def test_remat_and_scan_unroll_change_speed_and_memory_not_math(change):
     base_model, params, tokens = _model_and_params(Tiny)
     assert base_model.cfg.use_repeated_layer and base_model.cfg.layer_scan_unroll > 1
     remat_model = TransformerLm(dataclasses.replace(base_model.cfg, **change))
-    g1 = _tiny_grads()
-    g2 = _grads(remat_model, params, tokens)
+    g1 = _tiny_loss_and_grads()[1]
+    g2 = _loss_and_grads(remat_model, params, tokens)[1]
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
@@ -334,15 +338,9 @@ def test_cross_entropy_and_its_gradient_are_optax_softmax_cross_entropy():
 def test_query_chunked_attention_is_the_same_math():
     model, params, tokens = _model_and_params(Tiny)
     chunked = TransformerLm(dataclasses.replace(model.cfg, attention_query_chunk=8))
-    # Packed rows: the segment mask must apply inside every chunk too.
-    segments = np.broadcast_to(np.repeat(np.arange(1, 4), [10, 12, 10]), tokens.shape)
-
-    def loss(m, p):
-        logits = m.apply({"params": p}, tokens, segment_ids=segments)
-        return lm_loss(logits, _targets(tokens), jnp.ones(tokens.shape))[0]
-
-    whole, whole_grads = jax.jit(jax.value_and_grad(lambda p: loss(model, p)))(params)
-    parts, parts_grads = jax.jit(jax.value_and_grad(lambda p: loss(chunked, p)))(params)
+    # Packed rows (_SEGMENTS): the segment mask must apply inside every chunk too.
+    whole, whole_grads = _tiny_loss_and_grads()
+    parts, parts_grads = _loss_and_grads(chunked, params, tokens)
     assert float(parts) == pytest.approx(float(whole), rel=1e-6)
     for a, b in zip(jax.tree.leaves(whole_grads), jax.tree.leaves(parts_grads)):
         np.testing.assert_allclose(a, b, atol=1e-6)
