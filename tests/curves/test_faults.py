@@ -24,12 +24,18 @@ def _params(cfg):
     return jax.jit(transformer.TransformerLm(cfg).init)(jax.random.key(0), tokens)["params"]
 
 
+def _param_shapes(cfg):
+    """The parameters the model creates, as shapes: its init traced, no program compiled."""
+    tokens = jax.ShapeDtypeStruct((1, cfg.seq_len), jnp.int32)
+    return jax.eval_shape(transformer.TransformerLm(cfg).init, jax.random.key(0), tokens)["params"]
+
+
 def test_no_final_norm_drops_that_norm_only(monkeypatch):
     cfg = Tiny().task().model
-    healthy = _params(cfg)
+    healthy = _param_shapes(cfg)
     hits = []
     flags, how = faults.arguments("no_final_norm", [], hits, monkeypatch.setattr)
-    broken = _params(cfg)
+    broken = _param_shapes(cfg)
     assert flags == [] and "final_norm" in how and hits
     assert "final_norm" in healthy and "final_norm" not in broken
     assert set(healthy) - set(broken) == {"final_norm"}
@@ -38,14 +44,15 @@ def test_no_final_norm_drops_that_norm_only(monkeypatch):
 def test_labels_shifted_trains_on_the_token_two_ahead(monkeypatch):
     original = step.lm_loss
     faults.arguments("labels_shifted", [], [], monkeypatch.setattr)
-    logits = jax.random.normal(jax.random.key(0), (2, 5, 7))
-    targets = jnp.array([[1, 2, 3, 4, 5], [6, 5, 4, 3, 2]])
-    weights = jnp.ones((2, 5))
-    loss, metrics = step.lm_loss(logits, targets, weights)
-    expected, _ = original(
+    logits = np.float32(np.random.RandomState(0).randn(2, 5, 7))
+    targets = np.array([[1, 2, 3, 4, 5], [6, 5, 4, 3, 2]])
+    weights = np.ones((2, 5), np.float32)
+    # Jitted after the patch: each loss one program rather than one per op.
+    loss, metrics = jax.jit(step.lm_loss)(logits, targets, weights)
+    expected, _ = jax.jit(original)(
         logits,
-        jnp.array([[2, 3, 4, 5, 5], [5, 4, 3, 2, 2]]),
-        jnp.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 0]], jnp.float32),
+        np.array([[2, 3, 4, 5, 5], [5, 4, 3, 2, 2]]),
+        np.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 0]], np.float32),
     )
     assert loss == pytest.approx(float(expected)) and metrics["num_tokens"] == 8
 
@@ -54,17 +61,21 @@ def test_causal_mask_dropped_lets_past_logits_see_the_future(monkeypatch):
     cfg = Tiny().task().model
     model = transformer.TransformerLm(cfg)
     params = _params(cfg)
-    a = jnp.zeros((1, cfg.seq_len), jnp.int32)
-    b = a.at[0, -1].set(7)  # only the last token differs
+    a = np.zeros((1, cfg.seq_len), np.int32)
+    b = a.copy()
+    b[0, -1] = 7  # only the last token differs
 
-    def logits(tokens):
-        return model.apply({"params": params}, tokens)[0, 0]
+    def logits():
+        """The first position's logits, jitted: a new program traced with the model as it is
+        now (patched or not), run on both inputs."""
+        first = jax.jit(lambda tokens: model.apply({"params": params}, tokens)[0, 0])
+        return first(a), first(b)
 
-    np.testing.assert_array_equal(logits(a), logits(b))  # healthy: causal
+    np.testing.assert_array_equal(*logits())  # healthy: causal
     hits = []
     flags, how = faults.arguments("causal_mask_dropped", [], hits, monkeypatch.setattr)
     assert flags == [] and "causal" in how
-    assert not np.allclose(logits(a), logits(b))  # position 0 now sees the last token
+    assert not np.allclose(*logits())  # position 0 now sees the last token
     assert hits
 
 

@@ -19,8 +19,15 @@ from tests.helpers import Tiny, derive
 
 def _init(cfg, seed=0, batch=2):
     model = TransformerLm(cfg)
-    tokens = jax.random.randint(jax.random.key(1), (batch, cfg.seq_len), 0, cfg.vocab_size)
+    tokens = np.random.RandomState(1).randint(0, cfg.vocab_size, (batch, cfg.seq_len))
     return model, jax.jit(model.init)(jax.random.key(seed), tokens)["params"], tokens
+
+
+def _param_shapes(cfg):
+    """The parameters CFG's model creates, as shapes and dtypes: no init program to compile."""
+    model = TransformerLm(cfg)
+    tokens = jax.ShapeDtypeStruct((2, cfg.seq_len), jnp.int32)
+    return jax.eval_shape(model.init, jax.random.key(0), tokens)["params"]
 
 
 def _cfg(**attrs):
@@ -30,26 +37,33 @@ def _cfg(**attrs):
 def test_sinusoids_are_praxis_positional_embedding():
     # praxis PositionalEmbedding, dims 6: 3 timescales 1, 100, 10000 (log increment ln(1e4)/2),
     # first the sines, then the cosines.
-    got = np.asarray(sinusoids(jnp.array([[0, 1, 7]]), 6))
+    got = np.asarray(jax.jit(sinusoids, static_argnums=1)(np.array([[0, 1, 7]]), 6))
     inv = np.array([1.0, 1e-2, 1e-4])
     for i, p in enumerate([0, 1, 7]):
         expected = np.concatenate([np.sin(p * inv), np.cos(p * inv)])
         np.testing.assert_allclose(got[0, i], expected, rtol=1e-5, atol=1e-7)
-    assert sinusoids(jnp.zeros((1, 2)), 5).shape == (1, 2, 5)  # odd dims: zero-padded
+    odd = jax.eval_shape(lambda p: sinusoids(p, 5), jax.ShapeDtypeStruct((1, 2), jnp.float32))
+    assert odd.shape == (1, 2, 5)  # odd dims: zero-padded
 
 
 def _layer_inputs(model, params, tokens):
-    """What the first Transformer layer receives (unrolled layers, so it is a plain call)."""
-    captured = []
+    """What the first Transformer layer receives (unrolled layers, so it is a plain call); under
+    jit, one program rather than one per op."""
 
-    def grab(next_fun, args, kwargs, context):
-        if context.module.name == "layer_0" and context.method_name == "__call__":
-            captured.append(args[0])
-        return next_fun(*args, **kwargs)
+    @jax.jit
+    def layer_input(params):
+        captured = []
 
-    with flax.linen.intercept_methods(grab):
-        model.apply({"params": params}, tokens)
-    return np.asarray(captured[0])
+        def grab(next_fun, args, kwargs, context):
+            if context.module.name == "layer_0" and context.method_name == "__call__":
+                captured.append(args[0])
+            return next_fun(*args, **kwargs)
+
+        with flax.linen.intercept_methods(grab):
+            model.apply({"params": params}, tokens)
+        return captured[0]
+
+    return np.asarray(layer_input(params))
 
 
 def test_sinusoidal_positions_are_added_to_the_scaled_embedding():
@@ -57,8 +71,10 @@ def test_sinusoidal_positions_are_added_to_the_scaled_embedding():
     model, params, tokens = _init(cfg)
     table = np.asarray(params["embedding"].value)
     d = cfg.model_dims
-    expected = table[np.asarray(tokens)] * math.sqrt(d) + np.asarray(
-        sinusoids(jnp.broadcast_to(jnp.arange(cfg.seq_len), tokens.shape), d)
+    expected = table[tokens] * math.sqrt(d) + np.asarray(
+        jax.jit(sinusoids, static_argnums=1)(
+            np.broadcast_to(np.arange(cfg.seq_len), tokens.shape), d
+        )
     )
     np.testing.assert_allclose(_layer_inputs(model, params, tokens), expected, rtol=1e-5, atol=1e-5)
 
@@ -70,44 +86,50 @@ def test_per_dim_scale_is_one_over_sqrt_dims_at_init_and_learns_a_factor():
     cfg = _cfg(NUM_LAYERS=1, USE_BIAS=True)
     fixed = dataclasses.replace(cfg, per_dim_scale=False)
     model, params, tokens = _init(cfg)
+    # One program per model for both of its calls, rather than one per op.
+    apply, apply_fixed = jax.jit(model.apply), jax.jit(TransformerLm(fixed).apply)
     assert np.all(np.asarray(params["layers"]["attention"]["per_dim_scale"].value) == 0)
     plain = jax.tree.map(lambda x: x, params)
     del plain["layers"]["attention"]["per_dim_scale"]
-    a = model.apply({"params": params}, tokens)
-    b = TransformerLm(fixed).apply({"params": plain}, tokens)
+    a = apply({"params": params}, tokens)
+    b = apply_fixed({"params": plain}, tokens)
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
     learned = jax.tree.map(lambda x: x, params)
     pds = learned["layers"]["attention"]["per_dim_scale"]
     learned["layers"]["attention"]["per_dim_scale"] = pds.replace_boxed(
-        jnp.full(pds.value.shape, math.log(3.0))
+        np.full(pds.value.shape, math.log(3.0), np.float32)
     )
     doubled = jax.tree.map(lambda x: x, plain)
     att = doubled["layers"]["attention"]
-    att["qkv"] = att["qkv"].replace_boxed(att["qkv"].value.at[:, :, 0].multiply(2.0))
-    att["qkv_bias"] = att["qkv_bias"].replace_boxed(att["qkv_bias"].value.at[:, 0].multiply(2.0))
-    a = model.apply({"params": learned}, tokens)
-    b = TransformerLm(fixed).apply({"params": doubled}, tokens)
+    qkv, qkv_bias = np.array(att["qkv"].value), np.array(att["qkv_bias"].value)
+    qkv[:, :, 0] *= 2.0
+    qkv_bias[:, 0] *= 2.0
+    att["qkv"] = att["qkv"].replace_boxed(qkv)
+    att["qkv_bias"] = att["qkv_bias"].replace_boxed(qkv_bias)
+    a = apply({"params": learned}, tokens)
+    b = apply_fixed({"params": doubled}, tokens)
     np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4)
 
 
 def test_layer_norm_keeps_its_scale_as_an_offset_from_one():
     cfg = _cfg(LAYERNORM_EPSILON=1e-3)
-    x = jax.random.normal(jax.random.key(3), (2, 5, 64)) * 3 + 1
+    x = np.float32(np.random.RandomState(3).randn(2, 5, 64) * 3 + 1)
     ln = base.LayerNorm(cfg)
-    params = ln.init(jax.random.key(0), x)["params"]
-    assert float(jnp.abs(params["scale"].value).max()) == 0.0  # praxis: scale init 0, used 1 + s
+    params = jax.jit(ln.init)(jax.random.key(0), x)["params"]
+    apply = jax.jit(ln.apply)  # one program for both calls, rather than one per op
+    assert np.abs(params["scale"].value).max() == 0.0  # praxis: scale init 0, used 1 + s
     mean = x.mean(-1, keepdims=True)
     var = ((x - mean) ** 2).mean(-1, keepdims=True)
     np.testing.assert_allclose(
-        ln.apply({"params": params}, x), (x - mean) / np.sqrt(var + 1e-3), rtol=1e-5, atol=1e-5
+        apply({"params": params}, x), (x - mean) / np.sqrt(var + 1e-3), rtol=1e-5, atol=1e-5
     )
     scaled = {
-        "scale": params["scale"].replace_boxed(jnp.full((64,), 0.5)),
-        "bias": params["bias"].replace_boxed(jnp.full((64,), 2.0)),
+        "scale": params["scale"].replace_boxed(np.full((64,), 0.5, np.float32)),
+        "bias": params["bias"].replace_boxed(np.full((64,), 2.0, np.float32)),
     }
     np.testing.assert_allclose(
-        ln.apply({"params": scaled}, x),
+        apply({"params": scaled}, x),
         1.5 * (x - mean) / np.sqrt(var + 1e-3) + 2.0,
         rtol=1e-5,
         atol=1e-5,
@@ -151,7 +173,7 @@ def test_gaussian_init_is_gpt3s():
 
 def test_biases_where_praxis_has_them():
     def names(**attrs):
-        _, params, _ = _init(_cfg(**attrs))
+        params = _param_shapes(_cfg(**attrs))
         flat = jax.tree_util.tree_flatten_with_path(params)[0]
         return {"/".join(str(k.key) for k in path if hasattr(k, "key")) for path, _ in flat}
 
@@ -169,13 +191,13 @@ def test_biases_where_praxis_has_them():
 def test_softmax_bias_shifts_logits_and_the_cap_bounds_them():
     cfg = _cfg(NUM_LAYERS=1, SOFTMAX_CAP=0.0)
     model, params, tokens = _init(cfg)
-    base = model.apply({"params": params}, tokens)
+    apply = jax.jit(model.apply)  # one program for both calls, rather than one per op
+    base = np.asarray(apply({"params": params}, tokens))
+    shift = np.arange(256, dtype=np.float32) / 256
     shifted = dict(params)
-    shifted["softmax_bias"] = params["softmax_bias"].replace_boxed(jnp.arange(256.0) / 256)
+    shifted["softmax_bias"] = params["softmax_bias"].replace_boxed(shift)
     np.testing.assert_allclose(
-        model.apply({"params": shifted}, tokens) - base,
-        jnp.broadcast_to(jnp.arange(256.0) / 256, base.shape),
-        atol=1e-5,
+        apply({"params": shifted}, tokens) - base, np.broadcast_to(shift, base.shape), atol=1e-5
     )
 
 
@@ -199,5 +221,5 @@ def test_embedding_scaling_follows_scale_sqrt_depth():
 def test_param_dtype_and_layernorm_epsilon_are_settable():
     cfg = _cfg(PARAM_DTYPE="bfloat16", LAYERNORM_EPSILON=1e-5)
     assert cfg.layernorm_epsilon == 1e-5
-    _, params, _ = _init(cfg)
+    params = _param_shapes(cfg)
     assert {str(leaf.dtype) for leaf in jax.tree.leaves(params)} == {"bfloat16"}

@@ -1,3 +1,4 @@
+import functools
 import math
 
 import flax.linen as nn
@@ -22,10 +23,12 @@ def _opt(**kw) -> OptimizerConfig:
 
 def _schedule(name, learning_rate, warmup, decay):
     """Schedule NAME: linear warmup over WARMUP steps, then decay from step DECAY[0] to DECAY[1]
-    down to 0.1 of the rate."""
+    down to 0.1 of the rate; jitted, one program for every step rather than one per op."""
     steps = dict(lr_warmup_steps=warmup, lr_decay_start=decay[0], lr_decay_end=decay[1])
-    return schedules.build(
-        _opt(learning_rate=learning_rate, lr_schedule=name, lr_min_ratio=0.1, **steps)
+    return jax.jit(
+        schedules.build(
+            _opt(learning_rate=learning_rate, lr_schedule=name, lr_min_ratio=0.1, **steps)
+        )
     )
 
 
@@ -69,20 +72,29 @@ def test_optimizers_take_a_step_downhill(kind):
     def loss(p):
         return jnp.sum(p["w"] ** 2) + jnp.sum(p["b"] ** 2)
 
-    state = tx.init(params)
-    for _ in range(3):
-        updates, state = tx.update(jax.grad(loss)(params), state, params)
-        params = optax.apply_updates(params, updates)
-    assert float(loss(params)) < 20.0 - 1.0
+    @jax.jit  # the three steps as one program, not one per op
+    def descend(params):
+        state = tx.init(params)
+        for _ in range(3):
+            updates, state = tx.update(jax.grad(loss)(params), state, params)
+            params = optax.apply_updates(params, updates)
+        return loss(params)
+
+    assert float(descend(params)) < 20.0 - 1.0
 
 
 def test_pax_adam_clips_and_decays():
     cfg = _opt(learning_rate=0.1, clip_gradient_norm_to_value=1.0, weight_decay=0.5)
     tx, _ = optimizers.build(cfg)
     params = {"w": jnp.full((2,), 2.0)}
-    updates, _ = tx.update({"w": jnp.zeros((2,))}, tx.init(params), params)
+    updates, _ = _first_update(tx, {"w": jnp.zeros((2,))}, params)
     # Zero gradient: only decoupled weight decay moves the weights, by lr * wd * w.
     np.testing.assert_allclose(updates["w"], -0.1 * 0.5 * 2.0, rtol=1e-6)
+
+
+def _first_update(tx, grads, params):
+    """TX's update on its first step, jitted: one program rather than one per op."""
+    return jax.jit(lambda g, p: tx.update(g, tx.init(p), p))(grads, params)
 
 
 def test_adam_clip_threshold_caps_each_tensors_update_rms():
@@ -96,7 +108,7 @@ def test_adam_clip_threshold_caps_each_tensors_update_rms():
     tx, _ = optimizers.build(cfg)
     params = {"big": jnp.zeros(4), "small": jnp.zeros(2)}
     grads = {"big": jnp.asarray(g_big), "small": jnp.asarray(g_small)}
-    updates, _ = tx.update(grads, tx.init(params), params)
+    updates, _ = _first_update(tx, grads, params)
     raw = g_big / (np.abs(g_big) + eps)
     np.testing.assert_allclose(
         np.asarray(updates["big"]), -lr * raw * 0.25 / np.sqrt(np.mean(raw**2)), rtol=1e-5
@@ -106,7 +118,7 @@ def test_adam_clip_threshold_caps_each_tensors_update_rms():
     )
     # Disabled (Pax's GPT-3 configs: ADAM_CLIP_THRESHOLD = -1): the raw Adam step.
     tx, _ = optimizers.build(_opt(learning_rate=lr, adam_epsilon=eps, adam_clip_threshold=-1.0))
-    updates, _ = tx.update(grads, tx.init(params), params)
+    updates, _ = _first_update(tx, grads, params)
     np.testing.assert_allclose(
         np.asarray(updates["big"]), -g_big / (np.abs(g_big) + eps), rtol=1e-5
     )
@@ -164,11 +176,16 @@ def test_adafactor_matches_praxis_algorithm():
     )
     tx, _ = optimizers.build(cfg)
     expected = _praxis_adafactor_reference(steps, params, lr, 0.9, 0.99, 1.0, wd)
+
+    @jax.jit  # one program for the four steps rather than one per op
+    def step(grads, state, p):
+        updates, state = tx.update(grads, state, p)
+        return optax.apply_updates(p, updates), state
+
     p = {k: jnp.asarray(v) for k, v in params.items()}
-    state = tx.init(p)
+    state = jax.jit(tx.init)(p)
     for i, grads in enumerate(steps):
-        updates, state = tx.update({k: jnp.asarray(v) for k, v in grads.items()}, state, p)
-        p = optax.apply_updates(p, updates)
+        p, state = step(grads, state, p)
         for k in p:
             np.testing.assert_allclose(
                 np.asarray(p[k]), expected[i][k], rtol=2e-5, atol=1e-6, err_msg=f"step {i} {k}"
@@ -192,6 +209,25 @@ def _per_layer_run(optimizer, stacked, **kw):
         **kw,
     )
     return instantiate(experiment(), with_data=False)
+
+
+@functools.cache
+def _unrolled_params_and_grad(model_cfg):
+    """MODEL_CFG's initial parameters and its jitted loss gradient on fixed tokens, built once
+    for the optimizers that share the model."""
+    model = TransformerLm(model_cfg)
+    tokens = jax.random.randint(jax.random.key(1), (4, 33), 0, 256)
+    params = nn.unbox(jax.jit(model.init)(jax.random.key(0), tokens[:, :-1]))["params"]
+
+    @jax.jit
+    def grad(params):
+        def loss(p):
+            logits = model.apply({"params": p}, tokens[:, :-1])
+            return lm_loss(logits, tokens[:, 1:], jnp.ones(tokens[:, 1:].shape))[0]
+
+        return jax.grad(loss)(params)
+
+    return params, grad
 
 
 def _stack(unrolled, num_layers):
@@ -220,27 +256,31 @@ def test_stacked_layers_get_the_updates_of_the_same_layers_unstacked(optimizer, 
     layers = Tiny.NUM_LAYERS
     stacked_tx = _per_layer_run(optimizer, True, **extra).tx
     run = _per_layer_run(optimizer, False, **extra)
-    model, unrolled_tx = TransformerLm(run.task.model), run.tx
-    tokens = jax.random.randint(jax.random.key(1), (4, 33), 0, 256)
-    unrolled = nn.unbox(jax.jit(model.init)(jax.random.key(0), tokens[:, :-1]))["params"]
-    stacked = _stack(unrolled, layers)
+    unrolled, grad = _unrolled_params_and_grad(run.task.model)
+    unrolled_tx = run.tx
+
+    # Both optimizers' steps, the restacking around them and the parameter updates as one
+    # program, rather than one per op.
+    @jax.jit
+    def init(unrolled):
+        stacked = _stack(unrolled, layers)
+        return stacked, stacked_tx.init(stacked), unrolled_tx.init(unrolled)
 
     @jax.jit
-    def grad(params):
-        def loss(p):
-            logits = model.apply({"params": p}, tokens[:, :-1])
-            return lm_loss(logits, tokens[:, 1:], jnp.ones(tokens[:, 1:].shape))[0]
-
-        return jax.grad(loss)(params)
-
-    stacked_state, unrolled_state = stacked_tx.init(stacked), unrolled_tx.init(unrolled)
-    for step in range(3):
-        g = grad(unrolled)
-        u_updates, unrolled_state = jax.jit(unrolled_tx.update)(g, unrolled_state, unrolled)
-        s_updates, stacked_state = jax.jit(stacked_tx.update)(
-            _stack(g, layers), stacked_state, stacked
-        )
+    def update(g, unrolled, unrolled_state, stacked, stacked_state):
+        u_updates, unrolled_state = unrolled_tx.update(g, unrolled_state, unrolled)
+        s_updates, stacked_state = stacked_tx.update(_stack(g, layers), stacked_state, stacked)
         s_unstacked = unscan({"params": s_updates}, layers)["params"]
+        unrolled = optax.apply_updates(unrolled, u_updates)
+        stacked = optax.apply_updates(stacked, s_updates)
+        return s_unstacked, u_updates, unrolled, unrolled_state, stacked, stacked_state
+
+    stacked, stacked_state, unrolled_state = init(unrolled)
+    for step in range(3):
+        s_unstacked, u_updates, *state = update(
+            grad(unrolled), unrolled, unrolled_state, stacked, stacked_state
+        )
+        unrolled, unrolled_state, stacked, stacked_state = state
         for (path, a), b in zip(
             jax.tree_util.tree_leaves_with_path(s_unstacked), jax.tree.leaves(u_updates)
         ):
@@ -251,8 +291,6 @@ def test_stacked_layers_get_the_updates_of_the_same_layers_unstacked(optimizer, 
                 rtol=0,
                 err_msg=f"step {step} {jax.tree_util.keystr(path)}",
             )
-        unrolled = optax.apply_updates(unrolled, u_updates)
-        stacked = optax.apply_updates(stacked, s_updates)
 
 
 def test_logged_learning_rate_is_the_one_the_optimizer_applies_after_a_skipped_step():
@@ -264,15 +302,21 @@ def test_logged_learning_rate_is_the_one_the_optimizer_applies_after_a_skipped_s
     )
     run = instantiate(exp(), with_data=False)
     model = TransformerLm(run.task.model)
-    tokens = jax.random.randint(jax.random.key(1), (2, 17), 0, 256)
+    tokens = np.random.RandomState(1).randint(0, 256, (2, 17))
     params = nn.unbox(jax.jit(model.init)(jax.random.key(0), tokens[:, :-1]))["params"]
-    state = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": run.tx.init(params)}
+    opt_state = jax.jit(run.tx.init)(params)  # one program, not one per op and shape
+    state = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": opt_state}
     step = jax.jit(make_train_step(model, run.tx, run.lr_schedule))
-    batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:], "weights": jnp.ones((2, 16))}
+    batch = {
+        "inputs": tokens[:, :-1],
+        "targets": tokens[:, 1:],
+        "weights": np.ones((2, 16), np.float32),
+    }
     for weights in (1.0, np.nan, 1.0, 1.0):  # the second step's loss is NaN: skipped
         state, metrics = step(state, {**batch, "weights": batch["weights"] * weights})
     # apply_if_finite(chain(global-norm clip, scale_by_adam, clip, decay, scale_by_learning_rate))
     applied_before_last = int(state["opt_state"].inner_state[-1].count) - 1
     assert applied_before_last == 2 and int(metrics["skipped_steps"]) == 1
-    np.testing.assert_allclose(metrics["learning_rate"], run.lr_schedule(applied_before_last))
-    assert float(run.lr_schedule(3)) != float(run.lr_schedule(2))
+    lr_schedule = jax.jit(run.lr_schedule)  # one program, not one per op
+    np.testing.assert_allclose(metrics["learning_rate"], lr_schedule(applied_before_last))
+    assert float(lr_schedule(3)) != float(lr_schedule(2))
