@@ -114,10 +114,10 @@ def peak_flops(devices, dtype: str) -> dict:
     """
     kind = devices[0].device_kind
     per_device = table_peak(kind)
-    if devices[0].platform == "cpu" or per_device is None:
-        given = given_peaks(os.environ.get(GIVEN_PEAK, "")).get(dtype)
-        if given and devices[0].platform == "cpu":
-            return {"flops": given, "source": f"given: {GIVEN_PEAK}", "device_kind": kind}
+    cpu = devices[0].platform == "cpu"
+    if cpu and (given := given_peaks(os.environ.get(GIVEN_PEAK, "")).get(dtype)):
+        return {"flops": given, "source": f"given: {GIVEN_PEAK}", "device_kind": kind}
+    if cpu or per_device is None:
         return {
             "flops": _host_matmul_peak(dtype),
             "source": f"measured: best of 5 2048x2048 {dtype} matmuls on {kind}",

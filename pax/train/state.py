@@ -77,8 +77,13 @@ def variable_shardings(model, mesh) -> dict:
     boxed = _abstract_variables(model)
     out = {"params": _param_shardings(boxed["params"], mesh)}
     if fp8.OWG in boxed:
-        out[fp8.OWG] = jax.tree.map(lambda _: sharding.replicated(mesh), nn.unbox(boxed[fp8.OWG]))
+        out[fp8.OWG] = _fp8_state_shardings(nn.unbox(boxed[fp8.OWG]), mesh)
     return out
+
+
+def _fp8_state_shardings(owg, mesh):
+    """FP8 scales and amax histories, a few floats per layer: replicated."""
+    return jax.tree.map(lambda _: sharding.replicated(mesh), owg)
 
 
 def sharding_lines(abstract_state, min_bytes: int = 1 << 20) -> list:
@@ -146,7 +151,7 @@ def shardings(model, tx, mesh, params=None):
     )
     state_shardings = {"step": replicated, "params": params, "opt_state": opt_shardings}
     if fp8.OWG in abstract:
-        state_shardings[fp8.OWG] = jax.tree.map(lambda _: replicated, abstract[fp8.OWG])
+        state_shardings[fp8.OWG] = _fp8_state_shardings(abstract[fp8.OWG], mesh)
     abstract = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, state_shardings
     )

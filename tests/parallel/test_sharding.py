@@ -12,6 +12,7 @@ from jax.sharding import PartitionSpec as P
 from pax.errors import UsageError
 from pax.experiments import registry
 from pax.experiments.config import MeshConfig
+from pax.models.fp8 import OWG
 from pax.models.transformer import TransformerLm, lm_loss
 from pax.optim import optimizers
 from pax.parallel import sharding
@@ -173,6 +174,18 @@ def test_train_state_placement_on_a_2d_mesh():
     assert state["params"]["layers"]["ffn"]["wi"].sharding.spec == P(None, "data", "mdl")
     shard_shape = state["params"]["layers"]["ffn"]["wi"].addressable_shards[0].data.shape
     assert shard_shape == (2, 32, 32)
+
+
+def test_a_decoders_variables_are_placed_as_the_train_state_places_them():
+    """variable_shardings (what a decoder reads: parameters and FP8 state) without an
+    optimizer's trace is the train state's placement of the same collections."""
+    mesh = _mesh((1, 2, 4))
+    task = derive(Tiny, ICI_MESH_SHAPE=(1, 2, 4), USE_FP8=True)().task()
+    model = TransformerLm(task.model, mesh=mesh)
+    tx, _ = optimizers.build(task.optimizer)
+    placed = state_lib.model_variables(state_lib.shardings(model, tx, mesh)[1])
+    assert set(placed) == {"params", OWG}
+    assert state_lib.variable_shardings(model, mesh) == placed
 
 
 def test_every_optimizer_statistic_is_sharded_along_its_parameters_axes():
