@@ -6,7 +6,6 @@ run only with `--full` (`./noxw -s test -- --full`), as CI does.
 """
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -99,24 +98,29 @@ def _host_peak() -> float | None:
         return None
 
 
+_HOST_PEAK: float | None = None  # what pytest_configure measured, in this process
+
+
 def pytest_configure(config):
     # Measured once for the run (xdist's workers inherit the variable): every training the tests
     # start, in process or as `pax.main`, takes it as its MFU denominator instead of spending
     # two seconds measuring it again.
+    global _HOST_PEAK
     if _accelerator_tier(sys.argv) or "PAX_CPU_PEAK_FLOPS" in os.environ:
         return
-    if (peak := _host_peak()) is not None:
-        os.environ["PAX_CPU_PEAK_FLOPS"] = f"float32={peak:.4g}"
+    if (_HOST_PEAK := _host_peak()) is not None:
+        os.environ["PAX_CPU_PEAK_FLOPS"] = f"float32={_HOST_PEAK:.4g}"
 
 
 def _machine() -> str:
     """The cores and the f32 matmul rate the tier ran on: its wall time means little without
     them (README gives the tier's time against the same figure)."""
     cores = len(os.sched_getaffinity(0))
-    # The figure pytest_configure put there, or the caller's (pax.train.mfu.given_peaks' form).
-    peak = re.search(r"float32=(\S+)", os.environ.get("PAX_CPU_PEAK_FLOPS", ""))
-    rate = f"{float(peak.group(1)) / 1e9:.0f} GFLOP/s" if peak else "(not measured)"
-    return f"{cores} cores, 2048x2048 f32 matmul at {rate}"
+    if _HOST_PEAK is not None:
+        rate = f"at {_HOST_PEAK / 1e9:.0f} GFLOP/s"
+    else:  # the caller's own figure, or none measured
+        rate = f"as given ({os.environ.get('PAX_CPU_PEAK_FLOPS', 'not measured')})"
+    return f"{cores} cores, 2048x2048 f32 matmul {rate}"
 
 
 def pytest_terminal_summary(terminalreporter, config):
