@@ -60,7 +60,8 @@ def _one(rows):
 
 def test_without_libtpu_xla_cpu_plans_the_tiny_experiment_as_an_upper_bound(tmp_path):
     # The slice in the short spelling: recorded under Cloud TPU's name.
-    rows, result = _aot(tmp_path / "aot.json", TINY, "--tpu", "v5e-1", "--cpu", fast_compile=True)
+    args = (TINY, "--tpu", "v5e-1", "--cpu", *ONE_LAYER)
+    rows, result = _aot(tmp_path / "aot.json", *args, fast_compile=True)
     row = _one(rows)
     assert row["compiler"] == "XLA:CPU" and row["target"]["topology"] is None
     assert row["target"]["slice"] == "v5litepod-1" and row["target"]["hbm_bytes"] == 16 * 2**30
@@ -70,11 +71,22 @@ def test_without_libtpu_xla_cpu_plans_the_tiny_experiment_as_an_upper_bound(tmp_
     assert "XLA:CPU plan for v5litepod-1:" in result.stdout
 
 
-def test_the_cpu_env_falls_back_to_xla_cpu_and_says_so(tmp_path):
+@pytest.fixture(scope="module")
+def fallbacks(tmp_path_factory):
+    """One `pax.aot` run planning, for each platform whose own compiler this env lacks, one
+    target (TPU v4, H100) on XLA:CPU: what the fallback tests read."""
+    targets = [] if aot.libtpu_version() else ["--tpu", "v4"]
+    targets += [] if aot.cuda_plugin_version() else ["--gpu", "h100"]
+    out = tmp_path_factory.mktemp("fallbacks") / "aot.json"
+    rows, result = _aot(out, TINY, *targets, *ONE_LAYER, fast_compile=True)
+    return {row["platform"]: row for row in rows.values()}, result
+
+
+def test_the_cpu_env_falls_back_to_xla_cpu_and_says_so(request):
     if aot.libtpu_version():
         pytest.skip("libtpu is importable in this env: no fallback to see")
-    rows, result = _aot(tmp_path / "aot.json", TINY, "--tpu", "v4", *ONE_LAYER, fast_compile=True)
-    assert _one(rows)["compiler"] == "XLA:CPU"
+    rows, result = request.getfixturevalue("fallbacks")
+    assert rows["tpu"]["compiler"] == "XLA:CPU"
     assert "libtpu is not importable here" in result.stderr
 
 
@@ -308,11 +320,11 @@ def test_gpus_fill_nodes_of_eight():
         aot.slice_for("h100", 12)
 
 
-def test_without_the_cuda_plugin_xla_cpu_plans_a_gpu_target_and_says_so(tmp_path):
+def test_without_the_cuda_plugin_xla_cpu_plans_a_gpu_target_and_says_so(request):
     if aot.cuda_plugin_version():
         pytest.skip("jax's CUDA plugin is importable in this env: no fallback to see")
-    rows, result = _aot(tmp_path / "aot.json", TINY, "--gpu", "h100", *ONE_LAYER, fast_compile=True)
-    row = _one(rows)
+    rows, result = request.getfixturevalue("fallbacks")
+    row = rows["gpu"]
     assert row["compiler"] == "XLA:CPU" and row["platform"] == "gpu"
     assert row["target"]["slice"] == "1×1 H100" and row["target"]["topology"] is None
     assert "jax's CUDA plugin is not importable here" in result.stderr
