@@ -6,6 +6,8 @@ import re
 import struct
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from pax import envinfo, paths
@@ -152,8 +154,41 @@ for line in sys.stdin:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
+    print(pid, flush=True)
     print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
 """
+
+
+class Command:
+    """A pax.main command PaxMain.start started: `pid`, its stderr line by line as it is
+    written (`lines()`), and `wait()` for its exit status."""
+
+    def __init__(self, pid: int, stderr: Path, server):
+        self.pid = pid
+        self._stderr = stderr
+        self._status: list[str] = []
+        self._waiter = threading.Thread(target=lambda: self._status.append(server.readline()))
+        self._waiter.start()
+
+    def lines(self):
+        """Its stderr's lines until it has ended."""
+        with open(self._stderr) as f:
+            pending = ""
+            while True:
+                ended = not self._waiter.is_alive()
+                pending += f.read()
+                *complete, pending = pending.split("\n")
+                yield from (line + "\n" for line in complete)
+                if ended:
+                    break
+                time.sleep(0.05)
+        if pending:
+            yield pending
+
+    def wait(self, timeout=None) -> int:
+        self._waiter.join(timeout)
+        assert self._status and self._status[0], "the pax.main fork server stopped"
+        return int(self._status[0])
 
 
 class PaxMain:
@@ -169,6 +204,17 @@ class PaxMain:
     ) -> subprocess.CompletedProcess:
         """ENV: variables to set besides the ones the command inherits; after TIMEOUT seconds
         the command is stopped (its returncode then -14, SIGALRM)."""
+        status = self.start(*args, devices=devices, cwd=cwd, env=env, timeout=timeout).wait()
+        out, err = self._folder / "stdout", self._folder / "stderr"
+        return subprocess.CompletedProcess(
+            ["pax.main", *args], status, out.read_text(), err.read_text()
+        )
+
+    def start(
+        self, *args: str, devices: int = 1, cwd: str = ROOT, env: dict | None = None, timeout=300
+    ) -> Command:
+        """The command started as `run` starts it, for a test that watches or signals it; one
+        at a time (each command's stdout and stderr take the same two files)."""
         if self._server is None:
             inherited = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
             self._server = subprocess.Popen(
@@ -180,16 +226,17 @@ class PaxMain:
                 cwd=ROOT,
             )
         out, err = self._folder / "stdout", self._folder / "stderr"
+        # Emptied before the child opens them: no line of an earlier command is read as its.
+        out.write_text("")
+        err.write_text("")
         env = {"XLA_FLAGS": xla_flags(devices), **(env or {})}
         request = {"args": args, "env": env, "cwd": str(cwd), "timeout": timeout}
         request["stdout"] = str(out)
         self._server.stdin.write(json.dumps({**request, "stderr": str(err)}) + "\n")
         self._server.stdin.flush()
-        status = self._server.stdout.readline()
-        assert status, "the pax.main fork server stopped"
-        return subprocess.CompletedProcess(
-            ["pax.main", *args], int(status), out.read_text(), err.read_text()
-        )
+        pid = self._server.stdout.readline()
+        assert pid, "the pax.main fork server stopped"
+        return Command(int(pid), err, self._server.stdout)
 
     def close(self):
         if self._server is not None:

@@ -46,8 +46,10 @@ def _snapshot(job_dir):
 
 
 def _main(pax_main, job_dir, *sets, flags=(), env=None):
-    # One layer: each run is a process of its own that compiles its steps.
+    # One layer: each run is a process of its own that compiles its steps. The sizes of
+    # tests/train/test_survival.py's runs, whose programs the persistent compilation cache shares.
     args = ["NUM_LAYERS=1", "MODEL_DIMS=64", "HIDDEN_DIMS=128", "SEQ_LEN=32", "NUM_TRAIN_STEPS=4"]
+    args += ["PERCORE_BATCH_SIZE=8", "EVAL_NUM_BATCHES=1"]
     return pax_main.run(
         "--exp=LmCloudSpmdTiny",
         f"--job_log_dir={job_dir}",

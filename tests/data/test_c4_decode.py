@@ -11,7 +11,7 @@ from pax.data import tokenizers  # noqa: E402
 from pax.decode import decoder as decoder_lib  # noqa: E402
 from pax.decode.options import Options  # noqa: E402
 from pax.errors import UsageError  # noqa: E402
-from pax.train import loop  # noqa: E402
+from pax.train import job_config, loop  # noqa: E402
 from pax.train.instantiate import instantiate  # noqa: E402
 from tests.data.test_c4_train import TinyC4  # noqa: E402
 from tests.helpers import derive  # noqa: E402
@@ -52,7 +52,11 @@ def test_sentencepiece_prompts_and_completions(spm_run, spm_model, capsys):
 def test_a_byte_level_run_refuses_a_sentencepiece_tokenizer(shards, spm_model, tmp_path):
     byte_level = derive(TinyC4, DATA_DIR=str(shards))
     job = tmp_path / "job"
-    loop.train(instantiate(byte_level(), devices=jax.devices()[:1]), str(job), "tests.TinyC4")
+    # The run's config.json, as training writes it, is all the decoder's check reads.
+    job.mkdir()
+    run = instantiate(byte_level(), devices=jax.devices()[:1], with_data=False)
+    config = job_config.as_written(loop._config(run, "tests.TinyC4"))
+    (job / job_config.FILE).write_text(json.dumps(config))
     with pytest.raises(UsageError) as e:
         _decoder(derive(byte_level, TOKENIZER_PATH=spm_model), job, prompts=("x",))
     assert "trained with byte-level tokens" in str(e.value)

@@ -39,36 +39,19 @@ STEP_LINE = re.compile(r"step (\d+)/\d+ ")
 ONE_DEVICE = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(1)}
 
 
-def _start(job_dir, steps):
+def _run_until(pax_main, job_dir, steps, kill_at=None, sig=signal.SIGTERM):
+    """Runs pax.main on one device; sends `sig` once the log shows step kill_at; returns (exit
+    status, log)."""
     args = [f"--set={a}" for a in SMALL + [f"NUM_TRAIN_STEPS={steps}"]]
-    env = {**os.environ, "PYTHONPATH": ROOT, **ONE_DEVICE}
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pax.main",
-            "--exp=LmCloudSpmdTiny",
-            f"--job_log_dir={job_dir}",
-            *args,
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
-
-
-def _run_until(job_dir, steps, kill_at=None, sig=signal.SIGTERM):
-    """Runs pax.main; sends `sig` once the log shows step kill_at; returns (exit status, log)."""
-    proc = _start(job_dir, steps)
+    command = pax_main.start("--exp=LmCloudSpmdTiny", f"--job_log_dir={job_dir}", *args)
     log = []
-    for line in proc.stderr:
+    for line in command.lines():
         log.append(line)
         match = STEP_LINE.search(line)
         if kill_at is not None and match and int(match.group(1)) >= kill_at:
-            proc.send_signal(sig)
+            os.kill(command.pid, sig)
             kill_at = None
-    return proc.wait(timeout=300), "".join(log)
+    return command.wait(timeout=300), "".join(log)
 
 
 def _history(job_dir):
@@ -80,14 +63,14 @@ def _checkpoints(job_dir):
     return sorted(os.listdir(os.path.join(job_dir, "checkpoints")))
 
 
-def test_sigterm_saves_at_the_current_step_and_the_rerun_resumes(tmp_path):
-    status, log = _run_until(tmp_path, 200, kill_at=6)
+def test_sigterm_saves_at_the_current_step_and_the_rerun_resumes(pax_main, tmp_path):
+    status, log = _run_until(pax_main, tmp_path, 200, kill_at=6)
     assert status == preemption.EXIT_PREEMPTED, log
     saved = int(_checkpoints(tmp_path)[-1].split("_")[1])
     # The loop finishes the step in flight, saves it and stops: the newest checkpoint is the
     # last step trained, whether or not it is a periodic one.
     assert saved >= 6 and max(_history(tmp_path)) == saved, (_checkpoints(tmp_path), log)
-    status, log = _run_until(tmp_path, saved + 2)
+    status, log = _run_until(pax_main, tmp_path, saved + 2)
     assert status == 0, log
     assert f"resumed from {tmp_path}/checkpoints/checkpoint_{saved:08d}" in log
 
@@ -95,12 +78,12 @@ def test_sigterm_saves_at_the_current_step_and_the_rerun_resumes(tmp_path):
 # Slow tier: six runs of 22 steps; the fast tier has one SIGTERM and resume above, and the
 # bitwise resume of tests/train/test_train.py.
 @pytest.mark.slow
-def test_soak_interruptions_change_nothing(tmp_path):
+def test_soak_interruptions_change_nothing(pax_main, tmp_path):
     """Five interruptions (SIGTERM and kill -9 at varied steps); the loss history and the final
     parameters equal an uninterrupted run's bitwise (CPU execution is deterministic)."""
     steps = 22
     reference = tmp_path / "reference"
-    assert _run_until(reference, steps)[0] == 0
+    assert _run_until(pax_main, reference, steps)[0] == 0
     job = tmp_path / "interrupted"
     for kill_at, sig in [
         (3, signal.SIGKILL),
@@ -109,12 +92,12 @@ def test_soak_interruptions_change_nothing(tmp_path):
         (13, signal.SIGTERM),
         (18, signal.SIGKILL),
     ]:
-        status, log = _run_until(job, steps, kill_at=kill_at, sig=sig)
+        status, log = _run_until(pax_main, job, steps, kill_at=kill_at, sig=sig)
         assert status in (-signal.SIGKILL, preemption.EXIT_PREEMPTED), log
         assert (
             not [d for d in os.listdir(job / "checkpoints") if "tmp" in d] or sig == signal.SIGKILL
         )
-    status, log = _run_until(job, steps)
+    status, log = _run_until(pax_main, job, steps)
     assert status == 0, log
     assert _history(job) == _history(reference)
     final = f"checkpoint_{steps:08d}"
@@ -257,10 +240,10 @@ def test_a_signal_to_the_decode_session_stops_it_with_75(send, tiny_run_dir):
 
 
 @pytest.fixture(scope="module")
-def tiny_run_dir(tmp_path_factory):
+def tiny_run_dir(pax_main, tmp_path_factory):
     """A run pax.main trained (decoding reads its experiment from config.json)."""
     job = tmp_path_factory.mktemp("decode")
-    assert _run_until(job, 2)[0] == 0
+    assert _run_until(pax_main, job, 2)[0] == 0
     return job
 
 
