@@ -154,11 +154,16 @@ def test_pipelined_on_eight_devices_matches_and_shifts_with_collective_permutes(
 
 
 def test_pipelined_experiment_trains(tmp_path):
-    # The loop around a pipeline on its two stages alone: the 8-device mesh's step is checked
-    # above, and compiles at a third more.
+    # The loop around a pipeline on its two stages alone, a layer each: the 8-device mesh's step
+    # (two layers a stage) is checked above, and compiles at a third more. No checkpoints: the
+    # pipeline's are written and read in tests/decode/test_decoder.py.
     job = str(tmp_path / "job")
-    staged = derive(Piped, EVAL_EVERY_N_STEPS=6, ICI_MESH_SHAPE=(2, 1, 1, 1), PERCORE_BATCH_SIZE=4)
-    loop.train(instantiate(staged(), devices=jax.devices()[:2]), job, "piped")
+    staged = derive(
+        Piped, NUM_LAYERS=2, EVAL_EVERY_N_STEPS=6, ICI_MESH_SHAPE=(2, 1, 1, 1), PERCORE_BATCH_SIZE=4
+    )
+    loop.train(
+        instantiate(staged(), devices=jax.devices()[:2]), job, "piped", checkpoint_saving=False
+    )
     losses = [r["loss"] for r in read_metrics(job)]
     assert len(losses) == 6 and all(np.isfinite(losses))
     assert losses[-1] < losses[0]
