@@ -3,7 +3,6 @@ import functools
 import math
 import types
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -102,16 +101,21 @@ def test_causal_future_tokens_do_not_change_past_logits():
     ],
 )
 def test_variants_build_and_give_finite_near_uniform_loss(attrs):
-    experiment = derive(Tiny, **attrs)
-    _, params, tokens = _model_and_params(experiment)
-    loss, _ = _lm_loss(
-        _apply(experiment)({"params": params}, tokens), _targets(tokens), jnp.ones(tokens.shape)
-    )
-    assert abs(float(loss) - math.log(256)) < 1.5
+    model = TransformerLm(derive(Tiny, **attrs)().task().model)
+    tokens = _model_and_params(Tiny)[2]
+
+    @jax.jit  # initialization and loss as one program: no test reuses these parameters
+    def initial_loss(tokens):
+        logits = model.apply(model.init(jax.random.key(0), tokens), tokens)
+        return lm_loss(logits, _targets(tokens), jnp.ones(tokens.shape))[0]
+
+    assert abs(float(initial_loss(tokens)) - math.log(256)) < 1.5
 
 
 def test_grouped_query_attention_shares_kv_heads():
-    _, params, _ = _model_and_params(derive(Tiny, NUM_KV_HEADS=2))
+    model = TransformerLm(derive(Tiny, NUM_KV_HEADS=2)().task().model)
+    tokens = jax.ShapeDtypeStruct((2, model.cfg.seq_len), jnp.int32)
+    params = jax.eval_shape(model.init, jax.random.key(0), tokens)["params"]
     # 2 kv heads, each with a group of 2 query heads plus its key and value.
     assert params["layers"]["attention"]["qkv"].value.shape == (2, 64, 4, 2, 16)
 
@@ -217,22 +221,44 @@ def test_add_bias_gradient_is_the_sum_over_batch_and_length(bias_shape, dtype):
     np.testing.assert_allclose(np.float64(db), exact, rtol=tol, atol=tol * np.abs(exact).max())
 
 
+# Every CPU kernel in play: attention and FFN biases, a gated FFN, grouped heads, rotary
+# positions (their sin/cos table) and the capped softmax.
+_KERNELS = derive(
+    Tiny,
+    CPU_KERNELS="on",
+    NUM_KV_HEADS=2,
+    ACTIVATION="swiglu",
+    USE_BIAS=True,
+    FFN_HAS_BIAS=True,
+    USE_ROTARY_POSITION_EMB=True,
+)
+
+
+def _loss(model, tokens):
+    def loss(p):
+        logits = model.apply({"params": p}, tokens)
+        return lm_loss(logits, _targets(tokens), jnp.ones(tokens.shape))[0]
+
+    return loss
+
+
+@functools.cache
+def _kernels_loss_and_grads():
+    """_KERNELS's loss and gradients with the CPU kernels, which autodiff's forms and
+    CPU_KERNELS=off are compared with."""
+    model, params, tokens = _model_and_params(_KERNELS)
+    return jax.jit(jax.value_and_grad(_loss(model, tokens)))(params)
+
+
 def test_model_gradients_are_autodiffs(monkeypatch):
     """The whole model (GQA, gated FFN, biases) against autodiff's own einsum and add gradients."""
-    model, params, tokens = _model_and_params(derive(Tiny, NUM_KV_HEADS=2, ACTIVATION="swiglu"))
-
-    def grads():
-        def loss(p):
-            logits = model.apply({"params": p}, tokens)
-            return lm_loss(logits, _targets(tokens), jnp.ones(tokens.shape))[0]
-
-        return jax.jit(jax.grad(loss))(params)
-
-    ours = grads()
+    model, params, tokens = _model_and_params(_KERNELS)
+    ours = _kernels_loss_and_grads()[1]
     monkeypatch.setattr(kernels, "weight_einsum", lambda eqn, x, w: jnp.einsum(eqn, x, w))
     monkeypatch.setattr(kernels, "add_bias", lambda y, b: y + b)
     monkeypatch.setattr(kernels, "capped_softmax", _autodiff_capped_softmax)
-    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(grads())):
+    theirs = jax.jit(jax.grad(_loss(model, tokens)))(params)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
 
 
@@ -355,20 +381,11 @@ def test_cpu_kernels_off_is_the_same_math_and_supports_forward_mode_autodiff():
     """CPU_KERNELS=off (the default off CPU) is plain jnp: the same loss and gradients as the
     CPU-tuned forms (custom VJPs: weight and bias gradients, the capped softmax; rotary's
     identity matmul), and jax.jvp / jax.linearize of the loss work, which custom VJPs forbid."""
-    exp = derive(Tiny, USE_BIAS=True, FFN_HAS_BIAS=True, USE_ROTARY_POSITION_EMB=True)
-    tokens = np.random.RandomState(1).randint(0, 256, (2, 17))
-
-    def loss_fn(kernels):
-        model = TransformerLm(dataclasses.replace(exp().task().model, cpu_kernels=kernels))
-        return model, lambda p: lm_loss(
-            model.apply({"params": p}, tokens[:, :-1]), tokens[:, 1:], jnp.ones((2, 16))
-        )[0]
-
-    on_model, on_loss = loss_fn("on")
-    _, off_loss = loss_fn("off")
+    on_model, params, tokens = _model_and_params(_KERNELS)
+    on_loss = _loss(on_model, tokens)
+    off_loss = _loss(TransformerLm(dataclasses.replace(on_model.cfg, cpu_kernels="off")), tokens)
     assert on_model.cfg.atten_logit_cap > 0  # the capped softmax is in play
-    params = nn.unbox(jax.jit(on_model.init)(jax.random.key(0), tokens[:, :-1]))["params"]
-    on = jax.jit(jax.value_and_grad(on_loss))(params)
+    on = _kernels_loss_and_grads()
     tangent = jax.tree.map(np.ones_like, params)
 
     # Traced under jit (as a step would be), not op by op; one program for the three forms.

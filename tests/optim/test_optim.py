@@ -297,8 +297,13 @@ def test_logged_learning_rate_is_the_one_the_optimizer_applies_after_a_skipped_s
     """optax.apply_if_finite leaves the optimizer's schedules alone on a non-finite step, so
     after one the rate applied lags the step number; the logged rate is the applied one (the
     scale_by_learning_rate count inside the Adam chain)."""
+    # One layer: the claim is the optimizer's counts, whatever the model.
     exp = derive(
-        Tiny, LR_SCHEDULE="linear_rampup_cosine_decay", LR_WARMUP_STEPS=10, LR_DECAY_START=10
+        Tiny,
+        NUM_LAYERS=1,
+        LR_SCHEDULE="linear_rampup_cosine_decay",
+        LR_WARMUP_STEPS=10,
+        LR_DECAY_START=10,
     )
     run = instantiate(exp(), with_data=False)
     model = TransformerLm(run.task.model)

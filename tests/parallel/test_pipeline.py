@@ -58,34 +58,43 @@ def _relative_error(a, b):
     )
 
 
-@pytest.fixture(scope="module")
-def flat():
-    cfg = Piped().task().model
-    tokens = jax.random.randint(jax.random.key(1), (16, cfg.seq_len), 0, cfg.vocab_size)
-    targets = jax.random.randint(jax.random.key(2), tokens.shape, 0, cfg.vocab_size)
-    model = TransformerLm(cfg)
-    params = nn.unbox(jax.jit(model.init)(jax.random.key(0), tokens)["params"])
-    loss, grads, hlo = _loss_and_grads(model, params, tokens, targets)
-    # On the host, where _staged's reshapes compile nothing.
-    params, grads = jax.device_get((params, grads))
-    loss_and_grads = loss, grads, hlo
-    return cfg, tokens, targets, params, loss_and_grads
-
-
 # Packed rows, as C4 batches are: 3 documents each; segment ids must travel with their microbatch.
 SEGMENT_IDS = jnp.repeat(jnp.arange(1, 4), jnp.array([10, 12, 10]), total_repeat_length=32)
 
 
-def _loss_and_grads(model, params, tokens, targets):
-    """(loss, grads, optimized HLO text) of the model on this packed batch."""
+def _loss(model, tokens, targets):
+    """The model's loss on this packed batch, as a function of its parameters."""
     segment_ids = jnp.broadcast_to(SEGMENT_IDS, tokens.shape)
 
     def loss(p):
         logits = model.apply({"params": p}, tokens, segment_ids=segment_ids)
         return lm_loss(logits, targets, jnp.ones(tokens.shape))[0]
 
-    compiled = jax.jit(jax.value_and_grad(loss)).lower(params).compile()
+    return loss
+
+
+def _loss_and_grads(model, params, tokens, targets):
+    """(loss, grads, optimized HLO text) of the model on this packed batch."""
+    compiled = jax.jit(jax.value_and_grad(_loss(model, tokens, targets))).lower(params).compile()
     return (*compiled(params), compiled.as_text())
+
+
+@pytest.fixture(scope="module")
+def flat():
+    cfg = Piped().task().model
+    model = TransformerLm(cfg)
+
+    @jax.jit  # the batch, the parameters and their loss and gradients as one program
+    def reference():
+        tokens = jax.random.randint(jax.random.key(1), (16, cfg.seq_len), 0, cfg.vocab_size)
+        targets = jax.random.randint(jax.random.key(2), tokens.shape, 0, cfg.vocab_size)
+        params = nn.unbox(model.init(jax.random.key(0), tokens)["params"])
+        loss, grads = jax.value_and_grad(_loss(model, tokens, targets))(params)
+        return tokens, targets, params, (loss, grads)
+
+    # On the host, where _staged's reshapes compile nothing.
+    tokens, targets, params, loss_and_grads = jax.device_get(reference())
+    return cfg, tokens, targets, params, loss_and_grads
 
 
 def test_bubble_fraction():
@@ -116,7 +125,7 @@ def test_stage_parameters_carry_a_stage_axis(flat):
 
 
 def test_pipelined_loss_and_gradients_match_unpipelined_on_one_device(flat):
-    cfg, tokens, targets, params, (loss, grads, _) = flat
+    cfg, tokens, targets, params, (loss, grads) = flat
     piped = TransformerLm(cfg, num_stages=STAGES, num_microbatches=MICROBATCHES)
     p_loss, p_grads, _ = _loss_and_grads(piped, _staged(params, STAGES), tokens, targets)
     assert float(p_loss) == pytest.approx(float(loss), rel=LOSS_RTOL)
@@ -124,7 +133,7 @@ def test_pipelined_loss_and_gradients_match_unpipelined_on_one_device(flat):
 
 
 def test_pipelined_on_eight_devices_matches_and_shifts_with_collective_permutes(flat):
-    cfg, tokens, targets, params, (loss, grads, _) = flat
+    cfg, tokens, targets, params, (loss, grads) = flat
     mesh = build_mesh(
         MeshConfig(
             mesh_axis_names=PIPE_AXES,
@@ -154,11 +163,16 @@ def test_pipelined_on_eight_devices_matches_and_shifts_with_collective_permutes(
 
 
 def test_pipelined_experiment_trains(tmp_path):
-    # The loop around a pipeline on its two stages alone: the 8-device mesh's step is checked
-    # above, and compiles at a third more.
+    # The loop around a pipeline on its two stages alone, a layer each: the 8-device mesh's step
+    # (two layers a stage) is checked above, and compiles at a third more. No checkpoints: the
+    # pipeline's are written and read in tests/decode/test_decoder.py.
     job = str(tmp_path / "job")
-    staged = derive(Piped, EVAL_EVERY_N_STEPS=6, ICI_MESH_SHAPE=(2, 1, 1, 1), PERCORE_BATCH_SIZE=4)
-    loop.train(instantiate(staged(), devices=jax.devices()[:2]), job, "piped")
+    staged = derive(
+        Piped, NUM_LAYERS=2, EVAL_EVERY_N_STEPS=6, ICI_MESH_SHAPE=(2, 1, 1, 1), PERCORE_BATCH_SIZE=4
+    )
+    loop.train(
+        instantiate(staged(), devices=jax.devices()[:2]), job, "piped", checkpoint_saving=False
+    )
     losses = [r["loss"] for r in read_metrics(job)]
     assert len(losses) == 6 and all(np.isfinite(losses))
     assert losses[-1] < losses[0]
