@@ -255,8 +255,9 @@ def blocks(text: str, start: str = START, end: str = END) -> list[str]:
 
 def _check_markers(text: str, source: str, start: str, end: str) -> None:
     depth = 0
+    either = re.compile(re.escape(start) + "|" + re.escape(end))
     for number, line in enumerate(text.splitlines(), 1):
-        for marker in re.findall(re.escape(start) + "|" + re.escape(end), line):
+        for marker in either.findall(line):
             depth += 1 if marker == start else -1
             if depth not in (0, 1):
                 what = "nested" if depth > 1 else "unpaired"
