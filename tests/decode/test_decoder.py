@@ -60,8 +60,10 @@ def _reference(params, cfg):
 
 
 def test_a_pipelined_run_decodes_as_its_layers_in_one_stack(tmp_path):
-    # Its two stages alone (a device each): test_generate decodes over `data` and `mdl`.
-    staged = derive(Piped, ICI_MESH_SHAPE=(2, 1, 1, 1), PERCORE_BATCH_SIZE=4)
+    # Its two stages alone (a device each): test_generate decodes over `data` and `mdl`. A
+    # layer a stage, so the reference decodes Tiny's two layers, the pmap test's program;
+    # several layers a stage are unstaged in the test above.
+    staged = derive(Piped, ICI_MESH_SHAPE=(2, 1, 1, 1), PERCORE_BATCH_SIZE=4, NUM_LAYERS=2)
     run, state = _checkpointed(staged, tmp_path / "job", jax.devices()[:2])
     records = _decode(run, tmp_path / "job")
     flat = gen.unstage({"params": state["params"]}, 2, run.task.model.num_layers)["params"]
