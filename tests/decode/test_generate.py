@@ -63,11 +63,14 @@ def _apply(cfg):
 def _full_logits(model, variables, ids, positions=None, segment_ids=None):
     """The model on the whole sequence in one pass: no cache, no padding before it. Zeros
     after it fill SEQ_LEN, so every sequence is one compiled shape: causal attention never
-    lets a position see the ones after it."""
+    lets a position see the ones after it. Positions count from 0 and the tokens are one
+    segment unless given: every call passes all three, one compiled program per model."""
     n, seq_len = len(ids), model.cfg.seq_len
+    positions = np.arange(n) if positions is None else positions
+    segment_ids = np.ones(n) if segment_ids is None else segment_ids
 
     def pad(a):
-        return None if a is None else np.pad(np.asarray(a, np.int32), (0, seq_len - n))[None]
+        return np.pad(np.asarray(a, np.int32), (0, seq_len - n))[None]
 
     out = _apply(model.cfg)(variables, pad(ids), pad(positions), pad(segment_ids))
     return np.asarray(out)[0, :n]
