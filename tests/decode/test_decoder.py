@@ -22,10 +22,14 @@ PROMPTS = ("The list", "Dictionaries are")
 def test_unstaged_parameters_compute_what_the_pipeline_computes(repeated):
     piped_cfg = derive(Piped, USE_REPEATED_LAYER=repeated)().task()
     piped = TransformerLm(piped_cfg.model, num_stages=2, num_microbatches=4)
-    tokens = np.random.default_rng(1).integers(0, 256, (4, 32), np.int32)
-    variables = {"params": nn.unbox(jax.jit(piped.init)(jax.random.key(0), tokens))["params"]}
-    # On host arrays: unstaging is numpy's reshapes, not one compiled program per leaf.
-    variables = jax.device_get(variables)
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(0, 256, (4, 32), np.int32)
+    # Random values of the parameters' shapes, made on the host: no init program is compiled,
+    # and unstaging is numpy's reshapes, not one compiled program per leaf.
+    shapes = nn.unbox(jax.eval_shape(piped.init, jax.random.key(0), tokens))["params"]
+    variables = {
+        "params": jax.tree.map(lambda a: rng.normal(0, 0.1, a.shape).astype(a.dtype), shapes)
+    }
     flat = gen.unstage(variables, 2, piped_cfg.model.num_layers)
     assert "pipeline" not in flat["params"]
     expected = jax.jit(piped.apply)(variables, tokens)
@@ -34,10 +38,15 @@ def test_unstaged_parameters_compute_what_the_pipeline_computes(repeated):
 
 
 def _checkpointed(experiment_cls, job, devices):
-    """A run of experiment_cls with a fresh state saved as step 6; its unplaced state."""
+    """A run of experiment_cls with a state of random values saved as step 6; its unplaced
+    state. Made on the host and placed, not initialized: no program is compiled for it."""
     run = instantiate(experiment_cls(), devices=devices, with_data=False)
     place = placement.for_run(run)
-    state = place.init(seed=3)
+    rng = np.random.default_rng(3)
+    state = jax.device_put(
+        jax.tree.map(lambda a: rng.normal(0, 0.1, a.shape).astype(a.dtype), place.abstract),
+        place.shardings,
+    )
     checkpointer = place.checkpointer(str(job), saving=True)
     checkpointer.save(6, state)
     checkpointer.close()
