@@ -30,9 +30,12 @@ def _model(**attrs):
     cfg = derive(Tiny, **attrs)().task().model
     model = TransformerLm(cfg)
     tokens = np.zeros((1, cfg.seq_len), np.int32)
-    # The key made inside the jit too: no op runs eagerly.
-    variables = jax.jit(lambda t: model.init(jax.random.key(0), t))(tokens)
-    return model, {"params": nn.unbox(variables["params"])}
+    # Random values of the parameters' shapes, made on the host and put on the device: no
+    # init program is compiled (every claim here holds for any parameters).
+    shapes = nn.unbox(jax.eval_shape(model.init, jax.random.key(0), tokens)["params"])
+    rng = np.random.default_rng(0)
+    params = jax.tree.map(lambda a: rng.normal(0, 0.1, a.shape).astype(a.dtype), shapes)
+    return model, {"params": jax.device_put(params)}
 
 
 def _prompts(lengths=LENGTHS, seed=3):
