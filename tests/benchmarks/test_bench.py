@@ -302,12 +302,14 @@ def test_the_baseline_runs_the_trainers_optimizer(optimizer):
         config = dataclasses.replace(config, weight_decay=0.0)
     pax_tx, _ = optimizers.build(config)
     base_tx = baseline.optimizer(**bench.baseline_optimizer(config))
-    keys = jax.random.split(jax.random.key(0), 4)
-    params = {"w": jax.random.normal(keys[0], (8, 16)), "scale": jnp.ones(16)}
-    states = [pax_tx.init(params), base_tx.init(params)]
-    updates = [jax.jit(tx.update) for tx in (pax_tx, base_tx)]  # a program each, not an op each
-    for step in range(3):
-        grads = jax.tree.map(lambda p, k=keys[step + 1]: 3 * jax.random.normal(k, p.shape), params)
+    # Host arrays from numpy: no eager op compiles a program of its own.
+    rng = np.random.default_rng(0)
+    params = {"w": rng.normal(size=(8, 16)).astype(np.float32), "scale": np.ones(16, np.float32)}
+    # A program each, not an op each.
+    states = [jax.jit(tx.init)(params) for tx in (pax_tx, base_tx)]
+    updates = [jax.jit(tx.update) for tx in (pax_tx, base_tx)]
+    for _ in range(3):
+        grads = {k: 3 * rng.normal(size=p.shape).astype(np.float32) for k, p in params.items()}
         (pax_updates, states[0]), (base_updates, states[1]) = (
             update(grads, state, params) for update, state in zip(updates, states)
         )
