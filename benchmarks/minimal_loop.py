@@ -54,12 +54,8 @@ class MinimalLoop:
             return optax.apply_updates(params, updates), opt_state, loss
 
         self.batches = [jax.device_put({k: jnp.asarray(v) for k, v in b.items()}) for b in batches]
-
-        def init(key, inputs):  # one program, not one per optimizer slot's zeros
-            params = model.init(key, inputs)["params"]
-            return params, tx.init(params)
-
-        self.params, self.opt_state = jax.jit(init)(jax.random.key(0), self.batches[0]["inputs"])
+        self.params = jax.jit(model.init)(jax.random.key(0), self.batches[0]["inputs"])["params"]
+        self.opt_state = tx.init(self.params)
         self.step = jax.jit(step, donate_argnums=(0, 1))
         self.i = 0
 
