@@ -22,10 +22,14 @@ PROMPTS = ("The list", "Dictionaries are")
 def test_unstaged_parameters_compute_what_the_pipeline_computes(repeated):
     piped_cfg = derive(Piped, USE_REPEATED_LAYER=repeated)().task()
     piped = TransformerLm(piped_cfg.model, num_stages=2, num_microbatches=4)
-    tokens = np.random.default_rng(1).integers(0, 256, (4, 32), np.int32)
-    variables = {"params": nn.unbox(jax.jit(piped.init)(jax.random.key(0), tokens))["params"]}
-    # On host arrays: unstaging is numpy's reshapes, not one compiled program per leaf.
-    variables = jax.device_get(variables)
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(0, 256, (4, 32), np.int32)
+    # Random values of the parameters' shapes, made on the host: no init program is compiled,
+    # and unstaging is numpy's reshapes, not one compiled program per leaf.
+    shapes = nn.unbox(jax.eval_shape(piped.init, jax.random.key(0), tokens))["params"]
+    variables = {
+        "params": jax.tree.map(lambda a: rng.normal(0, 0.1, a.shape).astype(a.dtype), shapes)
+    }
     flat = gen.unstage(variables, 2, piped_cfg.model.num_layers)
     assert "pipeline" not in flat["params"]
     expected = jax.jit(piped.apply)(variables, tokens)
@@ -34,10 +38,15 @@ def test_unstaged_parameters_compute_what_the_pipeline_computes(repeated):
 
 
 def _checkpointed(experiment_cls, job, devices):
-    """A run of experiment_cls with a fresh state saved as step 6; its unplaced state."""
+    """A run of experiment_cls with a state of random values saved as step 6; its unplaced
+    state. Made on the host and placed, not initialized: no program is compiled for it."""
     run = instantiate(experiment_cls(), devices=devices, with_data=False)
     place = placement.for_run(run)
-    state = place.init(seed=3)
+    rng = np.random.default_rng(3)
+    state = jax.device_put(
+        jax.tree.map(lambda a: rng.normal(0, 0.1, a.shape).astype(a.dtype), place.abstract),
+        place.shardings,
+    )
     checkpointer = place.checkpointer(str(job), saving=True)
     checkpointer.save(6, state)
     checkpointer.close()
@@ -60,8 +69,10 @@ def _reference(params, cfg):
 
 
 def test_a_pipelined_run_decodes_as_its_layers_in_one_stack(tmp_path):
-    # Its two stages alone (a device each): test_generate decodes over `data` and `mdl`.
-    staged = derive(Piped, ICI_MESH_SHAPE=(2, 1, 1, 1), PERCORE_BATCH_SIZE=4)
+    # Its two stages alone (a device each): test_generate decodes over `data` and `mdl`. A
+    # layer a stage, so the reference decodes Tiny's two layers, the pmap test's program;
+    # several layers a stage are unstaged in the test above.
+    staged = derive(Piped, ICI_MESH_SHAPE=(2, 1, 1, 1), PERCORE_BATCH_SIZE=4, NUM_LAYERS=2)
     run, state = _checkpointed(staged, tmp_path / "job", jax.devices()[:2])
     records = _decode(run, tmp_path / "job")
     flat = gen.unstage({"params": state["params"]}, 2, run.task.model.num_layers)["params"]

@@ -30,9 +30,12 @@ def _model(**attrs):
     cfg = derive(Tiny, **attrs)().task().model
     model = TransformerLm(cfg)
     tokens = np.zeros((1, cfg.seq_len), np.int32)
-    # The key made inside the jit too: no op runs eagerly.
-    variables = jax.jit(lambda t: model.init(jax.random.key(0), t))(tokens)
-    return model, {"params": nn.unbox(variables["params"])}
+    # Random values of the parameters' shapes, made on the host and put on the device: no
+    # init program is compiled (every claim here holds for any parameters).
+    shapes = nn.unbox(jax.eval_shape(model.init, jax.random.key(0), tokens)["params"])
+    rng = np.random.default_rng(0)
+    params = jax.tree.map(lambda a: rng.normal(0, 0.1, a.shape).astype(a.dtype), shapes)
+    return model, {"params": jax.device_put(params)}
 
 
 def _prompts(lengths=LENGTHS, seed=3):
@@ -63,11 +66,14 @@ def _apply(cfg):
 def _full_logits(model, variables, ids, positions=None, segment_ids=None):
     """The model on the whole sequence in one pass: no cache, no padding before it. Zeros
     after it fill SEQ_LEN, so every sequence is one compiled shape: causal attention never
-    lets a position see the ones after it."""
+    lets a position see the ones after it. Positions count from 0 and the tokens are one
+    segment unless given: every call passes all three, one compiled program per model."""
     n, seq_len = len(ids), model.cfg.seq_len
+    positions = np.arange(n) if positions is None else positions
+    segment_ids = np.ones(n) if segment_ids is None else segment_ids
 
     def pad(a):
-        return None if a is None else np.pad(np.asarray(a, np.int32), (0, seq_len - n))[None]
+        return np.pad(np.asarray(a, np.int32), (0, seq_len - n))[None]
 
     out = _apply(model.cfg)(variables, pad(ids), pad(positions), pad(segment_ids))
     return np.asarray(out)[0, :n]
