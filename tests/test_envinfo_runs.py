@@ -27,6 +27,8 @@ from pax.pip import make_venv
 from tests.helpers import xla_flags
 
 BUMPED = "absl-py"  # pure Python, and the trainer imports it (absl flags and logging)
+# The model and batch sizes of tests/train/test_survival.py's runs: the persistent compilation
+# cache, which these processes inherit, then holds their programs.
 SHORT_RUN = [
     "--exp=tasks.lm.params.lm_cloud.LmCloudSpmdTiny",
     "--enable_checkpoint_saving=false",
@@ -37,11 +39,11 @@ SHORT_RUN = [
             SUMMARY_EVERY_N_STEPS=1,
             EVAL_EVERY_N_STEPS=100,
             NUM_LAYERS=1,
-            MODEL_DIMS=32,
-            HIDDEN_DIMS=64,
-            NUM_HEADS=2,
+            MODEL_DIMS=64,
+            HIDDEN_DIMS=128,
             SEQ_LEN=32,
-            PERCORE_BATCH_SIZE=2,
+            PERCORE_BATCH_SIZE=8,
+            EVAL_NUM_BATCHES=1,
         ).items()
     ),
 ]
