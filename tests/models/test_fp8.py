@@ -1,6 +1,7 @@
 """USE_FP8 on virtual CPU devices (XLA emulates FP8): losses, the OWG state, checkpoints, SPMD."""
 
 import dataclasses
+import types
 
 import jax
 import numpy as np
@@ -57,8 +58,18 @@ class _Trace:
 
 
 @pytest.fixture(scope="module")
-def f32():
-    return _Trace(derive(Tiny, NUM_TRAIN_STEPS=STEPS), jax.devices()[:1])
+def f32(tmp_path_factory):
+    """F32's losses and gradient norms over the same steps: trained through the loop, whose
+    init, step and eval programs are the session's tiny_job's (the compilation cache has them)."""
+    run = instantiate(derive(Tiny, NUM_TRAIN_STEPS=STEPS)(), devices=jax.devices()[:1])
+    job = tmp_path_factory.mktemp("f32")
+    loop.train(run, str(job), "tests.Tiny", checkpoint_saving=False)
+    metrics = read_metrics(job)
+    return types.SimpleNamespace(
+        metrics=metrics,
+        losses=lambda: np.array([m["loss"] for m in metrics]),
+        abstract=state_lib.shardings(run.model, run.tx, run.mesh)[0],
+    )
 
 
 @pytest.fixture(scope="module")
