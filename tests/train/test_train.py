@@ -40,7 +40,8 @@ def reference_run(tiny_job):
 def test_losses_match_across_meshes(reference_run, tmp_path, mesh):
     _, expected = reference_run
     # Same global batch (8) spread over 8 devices. Only the train losses are compared: no eval,
-    # no checkpoint (saving sharded arrays: tests/parallel/test_pipeline.py, tests/decode).
+    # no checkpoint (the loop saving sharded arrays: the 2-D mesh run in tests/models/test_fp8.py;
+    # a pipeline's: tests/decode/test_decoder.py).
     sharded = derive(Tiny, ICI_MESH_SHAPE=mesh, PERCORE_BATCH_SIZE=1, EVAL_EVERY_N_STEPS=1000)
     metrics = _train(tmp_path, sharded, checkpoint_saving=False)
     # Different reduction orders across shards: agree to 1e-4 relative.
