@@ -203,13 +203,16 @@ def _train_steps(run: TrainingRun, place, state, step: int, edges: _Edges) -> di
             if at_checkpoint or at_summary or stop:
                 _check_finite(unchecked, cfg.nan_policy, edges.checkpointer)
                 unchecked = []
-            if at_checkpoint or stop:
-                edges.checkpointer.save(step, place.unplace(state), edges.stream)
             if at_summary:
                 last = _train_summary(run, step, metrics, timer, edges)
                 if edges.on_summary is not None:
                     edges.on_summary(step, last)
                     timer.restart()
+            if at_checkpoint or stop:
+                # Every row up to this step is on disk before its checkpoint: a run killed after
+                # the save resumes past those steps and would never write them again.
+                edges.summaries.flush()
+                edges.checkpointer.save(step, place.unplace(state), edges.stream)
             if step % cfg.eval_every_n_steps == 0 or step == total:
                 results = _evaluate(run, place, state_lib.model_variables(state))
                 _write_evals(step, results, edges.summaries)

@@ -114,6 +114,21 @@ def _restore_params(job_dir, name):
     return ocp.StandardCheckpointer().restore(path)["params"]
 
 
+def test_a_checkpoint_is_saved_once_the_rows_of_its_steps_are_on_disk(tmp_path, monkeypatch):
+    # A run killed (-9) after a save resumes past the saved step: a row still in a buffer then
+    # would be missing from metrics.jsonl for good.
+    on_disk = {}
+    save = Checkpointer.save
+
+    def save_after_reading(self, step, *args, **kwargs):
+        on_disk[step] = [m["step"] for m in read_metrics(tmp_path)]
+        return save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpointer, "save", save_after_reading)
+    loop.train(instantiate(Tiny(), devices=jax.devices()[:1]), str(tmp_path), "tests.Tiny")
+    assert on_disk == {3: [1, 2, 3], 6: [1, 2, 3, 4, 5, 6]}
+
+
 def test_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_used(tiny_job_copy):
     job = tiny_job_copy
     expected = _history(job)
