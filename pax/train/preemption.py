@@ -66,10 +66,11 @@ def interrupting():
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if received:
+        if received:  # straight to ignoring: the previous handler would meet a second signal
             ignore_signals()
+        else:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def ignore_signals() -> None:
