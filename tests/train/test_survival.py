@@ -262,13 +262,18 @@ def tiny_run_dir(pax_main, tmp_path_factory):
     return job
 
 
+def _exit_status(script: str) -> int:
+    """SCRIPT's exit status, run in a process of its own after importing pax's preemption."""
+    code = "import os, signal, sys, time\nfrom pax.train import preemption\n" + script
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    return subprocess.run([sys.executable, "-c", code], env=env).returncode
+
+
 def test_a_second_signal_while_the_first_is_handled_does_not_cut_the_exit_short():
     # The wrapper's forward may land while `interrupting` is being left: at no moment may it
     # meet Python's own SIGINT handler (KeyboardInterrupt, exit 130). Here one lands after
     # every handler change from the first signal on.
     code = (
-        "import os, signal, sys, time\n"
-        "from pax.train import preemption\n"
         "change = signal.signal\n"
         "def change_then_forward(sig, handler):\n"
         "    previous = change(sig, handler)\n"
@@ -282,15 +287,12 @@ def test_a_second_signal_while_the_first_is_handled_does_not_cut_the_exit_short(
         "except preemption.Interrupted:\n"
         "    sys.exit(preemption.EXIT_PREEMPTED)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": ROOT})
-    assert done.returncode == preemption.EXIT_PREEMPTED
+    assert _exit_status(code) == preemption.EXIT_PREEMPTED
 
 
 def test_a_second_signal_after_the_first_does_not_cut_the_exit_short():
     # Through ./noxw a terminal's ^C arrives twice: the group's, then the wrapper's forward.
     code = (
-        "import os, signal, sys, time\n"
-        "from pax.train import preemption\n"
         "try:\n"
         "    with preemption.interrupting():\n"
         "        os.kill(os.getpid(), signal.SIGINT)\n"
@@ -300,5 +302,4 @@ def test_a_second_signal_after_the_first_does_not_cut_the_exit_short():
         "    time.sleep(0.2)\n"
         "    sys.exit(preemption.EXIT_PREEMPTED)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": ROOT})
-    assert done.returncode == preemption.EXIT_PREEMPTED
+    assert _exit_status(code) == preemption.EXIT_PREEMPTED
