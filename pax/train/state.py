@@ -4,6 +4,7 @@ The state is {'step', 'params', 'opt_state'} and, for an FP8 model, the FP8 scal
 histories under pax.models.fp8.OWG (f32, replicated, not parameters).
 """
 
+import functools
 import math
 
 import flax.linen as nn
@@ -37,6 +38,10 @@ def _init_fn(model, tx):
 STACKED_AXES = ("stage", "layers")
 
 
+# A run asks for its model's abstract variables three to four times (shardings, repeat
+# prefix, a decoder's placement), each a full trace of model.init; models are frozen dataclasses,
+# equal when their configs are, so one trace serves them all.
+@functools.lru_cache(maxsize=8)
 def _abstract_variables(model):
     """The model's variables, every collection, as abstract arrays in their logical-axis boxes."""
     return jax.eval_shape(lambda: model.init(jax.random.key(0), _example_inputs(model)))
