@@ -11,6 +11,9 @@ the global-norm clip sees every parameter at once, as praxis's learner clips bef
 vectorized optimizer.
 """
 
+import functools
+
+import jax
 import optax
 
 from pax.experiments.config import OptimizerConfig
@@ -32,7 +35,17 @@ def build(
     Updates with non-finite gradients are skipped (pax.optim.finite: optax.apply_if_finite's
     rule without its branch), so NaNs never reach the parameters; the state's total_notfinite
     counts them.
+
+    Equal configs and prefixes get the same two objects: the steps made of them are then the
+    same functions, which jax traces and compiles once a process (a rerun, a notebook's sweep).
     """
+    leaves, treedef = jax.tree.flatten(repeat_prefix)
+    return _build(config, tuple(leaves), treedef)
+
+
+@functools.lru_cache(maxsize=16)
+def _build(config: OptimizerConfig, prefix_leaves: tuple, prefix_treedef):
+    repeat_prefix = jax.tree.unflatten(prefix_treedef, prefix_leaves)
     lr = schedules.build(config)
     clip = (
         [optax.clip_by_global_norm(config.clip_gradient_norm_to_value)]

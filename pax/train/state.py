@@ -21,6 +21,7 @@ def _example_inputs(model):
     return jnp.zeros((model.num_microbatches, model.cfg.seq_len), jnp.int32)
 
 
+@functools.lru_cache(maxsize=16)  # one function, so one trace, per model and optimizer
 def _init_fn(model, tx):
     def init(rng):
         variables = nn.unbox(model.init(rng, _example_inputs(model)))
@@ -138,12 +139,17 @@ def slot_sharding(slot, param_sharding, param, mesh):
     return sharding.replicated(mesh)
 
 
+@functools.lru_cache(maxsize=16)  # jax.eval_shape traces anew each call; jit's cache is not its
+def _abstract_state(model, tx):
+    return jax.eval_shape(_init_fn(model, tx), jax.random.key(0))
+
+
 def shardings(model, tx, mesh, params=None):
     """(abstract state, state shardings): parameters placed by their logical axis names
     (`params`, param_shardings' result where the caller has it), optimizer statistics along
     their parameter's matching axes (slot_sharding), everything else (step, FP8 scales and amax
     histories: a few floats per layer) replicated."""
-    abstract = jax.eval_shape(_init_fn(model, tx), jax.random.key(0))
+    abstract = _abstract_state(model, tx)
     params = param_shardings(model, mesh) if params is None else params
     replicated = sharding.replicated(mesh)
     opt_shardings = optax.tree_map_params(

@@ -1,4 +1,10 @@
-"""Pure step functions: train_step(state, batch) -> (state, metrics) and eval_step."""
+"""Pure step functions: train_step(state, batch) -> (state, metrics) and eval_step.
+
+The makers return the same function for the same model, optimizer and axis (pax.optim.optimizers
+.build returns the same optimizer for the same config), so a process traces a step once however
+many runs jit it."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +19,7 @@ def packing(batch) -> dict:
     return {k: batch.get(k) for k in ("positions", "segment_ids")}
 
 
+@functools.lru_cache(maxsize=16)
 def make_train_step(model, tx, lr_schedule, axis_name=None):
     """axis_name: under pmap, the device axis to average gradients and metrics over."""
 
@@ -56,6 +63,7 @@ def make_train_step(model, tx, lr_schedule, axis_name=None):
     return train_step
 
 
+@functools.lru_cache(maxsize=16)
 def make_eval_step(model, axis_name=None):
     def eval_step(variables, batch):
         """variables: pax.train.state.model_variables(state)."""

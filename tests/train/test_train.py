@@ -73,6 +73,29 @@ def test_rerun_of_a_finished_job_trains_no_more(tiny_job_copy):
     assert again == before and [m["step"] for m in again] == [1, 2, 3, 4, 5, 6]
 
 
+def test_a_second_run_of_an_experiment_in_one_process_traces_none_of_its_steps(
+    reference_run, tmp_path
+):
+    # reference_run trained Tiny on one device in this process: its init, train and eval steps
+    # are traced once (jax reports each trace with its function's name).
+    traced = []
+
+    def listen(event, duration, fun_name=None, **_):
+        if event == "/jax/core/compile/jaxpr_trace_duration":
+            traced.append(fun_name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        metrics = _train(tmp_path, Tiny, devices=jax.devices()[:1])
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert not {"init", "train_step", "eval_step"} & set(traced), traced
+    # The same programs on the same data: the same losses.
+    np.testing.assert_allclose(
+        [m["loss"] for m in metrics], [m["loss"] for m in reference_run[1]], rtol=1e-6
+    )
+
+
 def test_job_directory_layout_and_contents(reference_run):
     job_dir, metrics = reference_run
     assert sorted(os.listdir(job_dir / "checkpoints")) == [
