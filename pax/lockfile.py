@@ -19,6 +19,7 @@ parse_wheel_filename, Version) on messy inputs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -173,6 +174,12 @@ def _logical_lines(text: str):
 
 
 def parse_lockfile_text(text: str, source: str = "<lockfile>") -> dict[str, Pin]:
+    return dict(_parse(text, source))  # a copy: the caller may change it, the memo stays
+
+
+# The release tables and env checks read the same few locks thousands of times a session.
+@functools.lru_cache(maxsize=64)
+def _parse(text: str, source: str) -> dict[str, Pin]:
     pins: dict[str, Pin] = {}
     for number, line in _logical_lines(text):
         if line.startswith("-"):  # global options (--index-url, -c ...): not packages
@@ -229,9 +236,9 @@ def installed(path: list[str] | None = None) -> dict[str, str]:
     along sys.path (a later copy of the same name is shadowed, as it is for `import`)."""
     found: dict[str, str] = {}
     for dist in importlib.metadata.distributions(path=sys.path if path is None else path):
-        name = dist.metadata["Name"]
-        if name:
-            found.setdefault(canonicalize(name), dist.version)
+        metadata = dist.metadata  # parsed on each access: dist.version would parse it again
+        if metadata["Name"]:
+            found.setdefault(canonicalize(metadata["Name"]), metadata["Version"])
     return found
 
 

@@ -55,7 +55,8 @@ def release_info(env: dict | None = None) -> dict:
 
 def environment(devices, mesh, peak: dict, env: dict | None = None) -> dict:
     env = envinfo.describe() if env is None else env
-    packages = {d.metadata["Name"].lower(): d.version for d in importlib.metadata.distributions()}
+    metadata = [d.metadata for d in importlib.metadata.distributions()]  # each parsed once
+    packages = {m["Name"].lower(): m["Version"] for m in metadata}
     return {
         **release_info(env),
         "env": env,
