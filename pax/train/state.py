@@ -139,7 +139,7 @@ def slot_sharding(slot, param_sharding, param, mesh):
     return sharding.replicated(mesh)
 
 
-@functools.lru_cache(maxsize=16)  # jax.eval_shape traces anew each call; jit's cache is not its
+@functools.lru_cache(maxsize=16)  # jax.eval_shape, unlike jit, retraces on every call
 def _abstract_state(model, tx):
     return jax.eval_shape(_init_fn(model, tx), jax.random.key(0))
 

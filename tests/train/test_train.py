@@ -87,8 +87,10 @@ def test_a_second_run_of_an_experiment_in_one_process_traces_none_of_its_steps(
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
         metrics = _train(tmp_path, Tiny, devices=jax.devices()[:1])
+        jax.jit(lambda x: x + 1).lower(1.0)  # a new function: the listener hears its trace
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
+    assert "<lambda>" in traced
     assert not {"init", "train_step", "eval_step"} & set(traced), traced
     # The same programs on the same data: the same losses.
     np.testing.assert_allclose(
