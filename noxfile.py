@@ -73,6 +73,7 @@ def test(session: nox.Session) -> None:
     env = _env(session, release, platform)
     with _errors(session):
         variables = testtools.prepare(env, log=session.log)
+    testtools.compile_checkout([env.python, sys.executable])
     # Tests choose their own devices (conftest sets XLA_FLAGS before jax loads).
     argv = testtools.pytest_argv(args, platform)
     sessions.run([env.python, "-m", "pytest", *argv], variables, log=session.log)

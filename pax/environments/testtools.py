@@ -32,6 +32,7 @@ MAX_WORKERS = 4  # each worker holds its own jax, compilation and shared tiny ru
 # `jupyter-execute` as the env's python runs it: its script lies in the env (older releases) or
 # in the tools folder, whose scripts name the env's python by absolute path.
 JUPYTER_EXECUTE = ("-c", "import sys; from nbclient.cli import main; sys.exit(main())")
+CHECKOUT_PACKAGES = ("pax", "benchmarks", "tests")  # imported from the source tree, not an env
 
 
 class ToolsError(PaxError, RuntimeError):
@@ -85,6 +86,17 @@ def prepare(env: Env, log=print) -> dict[str, str]:
     """The session variables of `env` with its test tools beside it: TestLockMismatch or
     ToolsError (both RuntimeErrors, one line each) where that cannot be."""
     return session_env(env, ensure(env, log))
+
+
+def compile_checkout(pythons, root: Path = ROOT) -> None:
+    """Bytecode of the checkout's packages for each interpreter given (the env's, and nox's own
+    for the `./noxw` commands tests start), as the envs' packages get theirs at install: where
+    PYTHONDONTWRITEBYTECODE is set, each of the hundreds of processes the tier starts would
+    otherwise compile pax again (a third of a `./noxw` command's start). compileall writes only
+    what changed; a file that does not compile is left for the tests to report."""
+    for python in dict.fromkeys(map(str, pythons)):
+        command = [python, "-m", "compileall", "-q", "-j", "0", *CHECKOUT_PACKAGES]
+        subprocess.run(command, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def session_env(env: Env, runner: Path) -> dict[str, str]:

@@ -2,6 +2,7 @@
 lock, or the xdist lock for releases without one), how that folder is made, when workers run."""
 
 import hashlib
+import os
 import subprocess
 import sys
 
@@ -175,3 +176,30 @@ def test_the_test_sessions_pytest_arguments(tmp_path, monkeypatch):
     assert testtools.pytest_argv(["tests::test_x", "-x"], cores=1) == ["tests::test_x", "-x"]
     on_chip = testtools.pytest_argv(["-k", "mesh"], "tpu", cores=8)
     assert on_chip == ["tests", "-m", "accelerator", "--full", "-p", "no:xdist", "-k", "mesh"]
+
+
+def test_the_checkouts_packages_get_bytecode_where_python_is_told_to_write_none(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    for package in testtools.CHECKOUT_PACKAGES:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "mod.py").write_text("X = 1\n")
+    (tmp_path / "pax" / "broken.py").write_text("def (\n")
+    (tmp_path / "outside.py").write_text("X = 1\n")
+    testtools.compile_checkout([sys.executable, sys.executable], root=tmp_path)
+    tag = sys.implementation.cache_tag
+    pycs = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.pyc"))
+    # Each package's module, once; not the file that does not compile, nor what lies outside.
+    assert pycs == [f"{p}/__pycache__/mod.{tag}.pyc" for p in sorted(testtools.CHECKOUT_PACKAGES)]
+    # The interpreter loads that bytecode (`-v` says so) instead of compiling the source again.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(
+        [sys.executable, "-v", "-c", "import pax.mod"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert f"code object from '{tmp_path}/pax/__pycache__/mod.{tag}.pyc'" in out.stderr
