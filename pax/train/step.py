@@ -1,8 +1,8 @@
 """Pure step functions: train_step(state, batch) -> (state, metrics) and eval_step.
 
-The makers return the same function for the same model, optimizer and axis (pax.optim.optimizers
-.build returns the same optimizer for the same config), so a process traces a step once however
-many runs jit it."""
+The makers return the same function for the same model, optimizer and axis (and
+pax.optim.optimizers.build returns the same optimizer for the same config), so a process traces a
+step once however many runs jit it."""
 
 import functools
 
